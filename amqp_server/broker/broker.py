@@ -1,0 +1,49 @@
+"""The broker's shared state: virtual hosts, users and live connections."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+
+from ..config import BrokerConfig
+from .vhost import VirtualHost
+
+
+@dataclass
+class User:
+    name: str
+    password: str
+    tags: tuple[str, ...] = ()
+    loopback_only: bool = False
+
+    def check_password(self, password: str) -> bool:
+        return hmac.compare_digest(self.password.encode(), password.encode())
+
+
+@dataclass
+class Broker:
+    config: BrokerConfig = field(default_factory=BrokerConfig)
+    vhosts: dict[str, VirtualHost] = field(default_factory=dict)
+    users: dict[str, User] = field(default_factory=dict)
+    connections: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.vhosts:
+            self.add_vhost(self.config.default_vhost)
+        if not self.users:
+            # RabbitMQ's default user may only log in from loopback.
+            self.users[self.config.default_user] = User(
+                self.config.default_user, self.config.default_pass,
+                ("administrator",), loopback_only=self.config.default_user_loopback_only)
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name)
+        return vhost
+
+    def authenticate(self, username: str, password: str) -> User | None:
+        user = self.users.get(username)
+        if user is None or not user.check_password(password):
+            return None
+        return user

@@ -1,0 +1,306 @@
+"""A virtual host: its exchanges, queues and bindings, and the rules RabbitMQ
+applies when clients declare, bind and delete them.
+
+Errors carry RabbitMQ's exact wording (rabbit_channel.erl, rabbit_misc.erl),
+because clients and their users match on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+
+from ..errors import (
+    access_refused,
+    not_found,
+    precondition_failed,
+    resource_locked,
+    resource_name,
+)
+from ..wire.table import FieldTable, typed_value
+from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
+from .queue import Queue
+
+# rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
+# compared when a queue is declared again.
+QUEUE_EQUIVALENCE_ARGS = (
+    "x-expires", "x-message-ttl", "x-dead-letter-exchange",
+    "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
+    "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
+    "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
+    "x-queue-leader-locator",
+)
+EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
+
+STANDARD_EXCHANGES = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+# rabbit_misc:type_class/1: integers of any width compare as equals.
+_TYPE_CLASS = {
+    "byte": "int", "short": "int", "signedint": "int", "long": "int",
+    "decimal": "int", "unsignedbyte": "int", "unsignedshort": "int",
+    "unsignedint": "int", "float": "float", "double": "float",
+}
+
+
+def server_generated_name(prefix: str) -> str:
+    """RabbitMQ's rabbit_guid:binary/2 form: prefix, '-', url-safe base64."""
+    raw = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+    return f"{prefix}-{raw}"
+
+
+def _describe(typed: tuple[str, object] | None) -> str:
+    """rabbit_misc:val/1 as it appears in "inequivalent arg" errors."""
+    if typed is None:
+        return "none"
+    kind, value = typed
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f"the value '{value}' of type '{kind}'"
+
+
+def _flag(value: bool) -> str:
+    return "'true'" if value else "'false'"
+
+
+def assert_args_equivalent(current: FieldTable, requested: FieldTable,
+                           keys: tuple[str, ...], what: str) -> None:
+    for key in keys:
+        old = typed_value(current, key)
+        new = typed_value(requested, key)
+        if old == new:
+            continue
+        if old is not None and new is not None:
+            old_class = _TYPE_CLASS.get(old[0], old[0])
+            new_class = _TYPE_CLASS.get(new[0], new[0])
+            if old_class == new_class and old[1] == new[1]:
+                continue
+        if key == "x-queue-type" and {old, new} <= {None, ("longstr", "classic")}:
+            continue
+        raise precondition_failed(
+            f"inequivalent arg '{key}' for {what}: "
+            f"received {_describe(new)} but current is {_describe(old)}")
+
+
+class VirtualHost:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
+        for xname, xtype in STANDARD_EXCHANGES:
+            self.exchanges[xname] = EXCHANGE_TYPES[xtype](name, xname, durable=True)
+
+    # ---- lookups -------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise not_found(f"no {resource_name('exchange', name, self.name)}")
+        return exchange
+
+    def queue(self, name: str) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found(f"no {resource_name('queue', name, self.name)}")
+        return queue
+
+    def check_exclusive_access(self, queue: Queue, owner: object) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not owner:
+            raise self._locked(queue)
+
+    def _locked(self, queue: Queue):
+        return resource_locked(
+            f"cannot obtain exclusive access to locked "
+            f"{resource_name('queue', queue.name, self.name)}. It could be originally "
+            "declared on another connection or the exclusive property value does not "
+            "match that of the original declaration.")
+
+    # ---- exchanges -----------------------------------------------------
+
+    def declare_exchange(self, name: str, type_name: str, passive: bool = False,
+                         durable: bool = False, auto_delete: bool = False,
+                         internal: bool = False,
+                         arguments: FieldTable | None = None) -> Exchange:
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        what = resource_name("exchange", name, self.name)
+        if passive:
+            return self.exchange(name)
+        cls = EXCHANGE_TYPES.get(type_name)
+        if cls is None:
+            # 3.13 made this a channel error (406); 3.10 closed the connection.
+            raise precondition_failed(f"unknown exchange type '{type_name}'")
+        arguments = arguments if arguments is not None else FieldTable()
+        existing = self.exchanges.get(name)
+        if existing is None:
+            if name.startswith("amq."):
+                raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+            alternate = typed_value(arguments, "alternate-exchange")
+            if alternate is not None and alternate[0] != "longstr":
+                raise precondition_failed(
+                    f"invalid type '{alternate[0]}' for arg 'alternate-exchange' in {what}")
+            exchange = cls(self.name, name, durable, auto_delete, internal, arguments)
+            self.exchanges[name] = exchange
+            return exchange
+        for field, old, new in (
+            ("type", existing.type_name, type_name),
+            ("durable", existing.durable, durable),
+            ("auto_delete", existing.auto_delete, auto_delete),
+            ("internal", existing.internal, internal),
+        ):
+            if old != new:
+                shown_old = _flag(old) if isinstance(old, bool) else f"'{old}'"
+                shown_new = _flag(new) if isinstance(new, bool) else f"'{new}'"
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' for {what}: "
+                    f"received {shown_new} but current is {shown_old}")
+        assert_args_equivalent(existing.arguments, arguments, EXCHANGE_EQUIVALENCE_ARGS, what)
+        return existing
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise access_refused(
+                f"deletion of system {resource_name('exchange', name, self.name)} not allowed")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # deleting what is not there succeeds (RabbitMQ 3.x+)
+        if if_unused and exchange.bindings:
+            raise precondition_failed(f"{resource_name('exchange', name, self.name)} in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        if self.exchanges.get(exchange.name) is not exchange:
+            return
+        del self.exchanges[exchange.name]
+        for binding in list(exchange.bindings.values()):
+            self._drop_binding(binding, cascade=False)
+        # Exchange-to-exchange bindings that point at this exchange go too.
+        for source in list(self.exchanges.values()):
+            for key, binding in list(source.bindings.items()):
+                if binding.destination is exchange:
+                    self._drop_binding(binding)
+
+    # ---- queues --------------------------------------------------------
+
+    def declare_queue(self, name: str, owner: object, passive: bool = False,
+                      durable: bool = False, exclusive: bool = False,
+                      auto_delete: bool = False,
+                      arguments: FieldTable | None = None) -> Queue:
+        arguments = arguments if arguments is not None else FieldTable()
+        if passive:
+            queue = self.queue(name)
+            self.check_exclusive_access(queue, owner)
+            return queue
+        generated = name == ""
+        if generated:
+            name = server_generated_name("amq.gen")
+        existing = self.queues.get(name)
+        if existing is not None:
+            exclusive_owner = owner if exclusive else None
+            if existing.exclusive_owner is not exclusive_owner:
+                raise self._locked(existing)
+            what = resource_name("queue", name, self.name)
+            durable = durable and not exclusive
+            for field, old, new in (("durable", existing.durable, durable),
+                                    ("auto_delete", existing.auto_delete, auto_delete)):
+                if old != new:
+                    raise precondition_failed(
+                        f"inequivalent arg '{field}' for {what}: "
+                        f"received {_flag(new)} but current is {_flag(old)}")
+            assert_args_equivalent(existing.arguments, arguments, QUEUE_EQUIVALENCE_ARGS, what)
+            return existing
+        if name.startswith("amq.") and not generated:
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        queue = Queue(self.name, name, durable and not exclusive,
+                      owner if exclusive else None, auto_delete, arguments)
+        self.queues[name] = queue
+        return queue
+
+    def delete_queue(self, queue: Queue, if_unused: bool = False,
+                     if_empty: bool = False) -> int:
+        what = resource_name("queue", queue.name, self.name)
+        if if_unused and queue.consumers:
+            raise precondition_failed(f"{what} in use")
+        if if_empty and queue.ready:
+            raise precondition_failed(f"{what} not empty")
+        return self.remove_queue(queue)
+
+    def remove_queue(self, queue: Queue) -> int:
+        """Delete a queue unconditionally; returns how many ready messages went."""
+        if self.queues.get(queue.name) is not queue:
+            return 0
+        del self.queues[queue.name]
+        queue.deleted = True
+        count = queue.purge()
+        for binding in list(queue.bindings.values()):
+            self._drop_binding(binding)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+            consumer.cancelled_by_broker()
+        return count
+
+    # ---- bindings ------------------------------------------------------
+
+    def bind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
+             arguments: FieldTable | None) -> None:
+        source = self._binding_source(source_name)
+        source.validate_binding(arguments)
+        binding = Binding(source, destination, routing_key, arguments)
+        if source.add_binding(binding):
+            if destination.is_queue:
+                destination.bindings[(source.name, binding.key)] = binding
+
+    def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
+               arguments: FieldTable | None) -> None:
+        source = self._binding_source(source_name)
+        binding = source.bindings.get(Binding(source, destination, routing_key, arguments).key)
+        if binding is not None:
+            self._drop_binding(binding)
+
+    def _binding_source(self, name: str) -> Exchange:
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        return self.exchange(name)
+
+    def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:
+        source = binding.source
+        source.remove_binding(binding.key)
+        if binding.destination.is_queue:
+            binding.destination.bindings.pop((source.name, binding.key), None)
+        # An auto-delete exchange goes with its last binding (RabbitMQ).
+        if cascade and source.auto_delete and not source.bindings:
+            self._remove_exchange(source)
+
+    # ---- routing -------------------------------------------------------
+
+    def route(self, exchange: Exchange, routing_keys: list[str], message) -> list[Queue]:
+        """Queues the message goes to, through e2e bindings and alternates."""
+        destinations = exchange.match(routing_keys, message)
+        if not destinations and exchange.alternate is None:
+            return []
+        # Fast path: only queues, no alternate needed.
+        if destinations and all(d.is_queue for d in destinations):
+            return list(destinations)
+        queues: dict[Queue, None] = {}
+        seen = {exchange}
+        pending = [(exchange, destinations)]
+        while pending:
+            current, dests = pending.pop()
+            if not dests and current.alternate is not None:
+                alternate = self.exchanges.get(current.alternate)
+                dests = (alternate,) if alternate is not None else ()
+            for dest in dests:
+                if dest.is_queue:
+                    queues[dest] = None
+                elif dest not in seen:
+                    seen.add(dest)
+                    pending.append((dest, dest.match(routing_keys, message)))
+        return list(queues)
+

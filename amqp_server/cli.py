@@ -1,0 +1,69 @@
+"""`amqp-server`: start the broker on embedded defaults, or as flags and a
+TOML file say."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from .broker.broker import Broker
+from .config import BrokerConfig, ConfigError
+from .loops import new_event_loop
+from .server import Server
+
+log = logging.getLogger("amqp_server")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="amqp-server",
+        description="AMQP 0-9-1 broker with first-class dead-lettering.")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int,
+                        help="AMQP port (default 5672; 0 picks a free one and logs it)")
+    parser.add_argument("--data-dir", help="where durable data lives (default ./amqp-data)")
+    parser.add_argument("--config", help="TOML config file")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        help="log verbosity (default info)")
+    return parser.parse_args(argv)
+
+
+async def serve(config: BrokerConfig) -> None:
+    server = Server(Broker(config))
+    await server.start()
+    print(f"amqp-server listening on {server.host}:{server.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = BrokerConfig.load(args.config, host=args.host, port=args.port,
+                                   data_dir=args.data_dir, log_level=args.log_level)
+    except ConfigError as exc:
+        print(f"amqp-server: {exc}", file=sys.stderr)
+        return 2
+    if not 0 <= config.port <= 65535:
+        print(f"amqp-server: --port must be 0-65535, got {config.port}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(serve(config))
+    except OSError as exc:
+        print(f"amqp-server: cannot listen on {config.host}:{config.port}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    finally:
+        loop.close()
+    return 0

@@ -1,0 +1,64 @@
+"""Broker configuration: embedded defaults, overridden by a TOML file and flags."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config file or flag the broker cannot use; the message says why."""
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: str = "./amqp-data"
+    log_level: str = "info"
+    default_vhost: str = "/"
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    default_user_loopback_only: bool = True
+    # RabbitMQ's defaults (rabbit.app): frame_max 131072, channel_max 2047,
+    # heartbeat 60 s.
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    # Seconds to wait for close-ok before dropping the socket.
+    close_timeout: float = 3.0
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":
+        values: dict = {}
+        if path is not None:
+            try:
+                with open(path, "rb") as handle:
+                    raw = tomllib.load(handle)
+            except FileNotFoundError as exc:
+                raise ConfigError(f"config file not found: {path}") from exc
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+            values.update(_flatten(raw.get("broker", raw)))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        config = cls()
+        for key, value in values.items():
+            expected = type(getattr(config, key))
+            if expected is float and isinstance(value, int):
+                value = float(value)
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise ConfigError(
+                    f"config key {key!r} must be {expected.__name__}, got {value!r}")
+            setattr(config, key, value)
+        return config
+
+
+def _flatten(raw: dict) -> dict:
+    # Only scalar keys belong to the broker section; tables (such as the
+    # address settings of later features) are read by their own owners.
+    return {k.replace("-", "_"): v for k, v in raw.items() if not isinstance(v, dict)}

@@ -1,0 +1,554 @@
+"""One AMQP channel: content assembly, publishing, consumers, acks, confirms
+and transactions.
+
+The channel talks to the broker model (virtual host, queues) directly and
+writes frames into its connection's output buffer; it performs no I/O.
+Errors are raised as `AMQPError`; the connection turns a soft one into
+channel.close and a hard one into connection.close.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from pamqp import commands as spec
+
+from ..broker.message import Message
+from ..broker.vhost import server_generated_name
+from ..errors import (
+    AMQPError,
+    access_refused,
+    not_allowed,
+    not_found,
+    not_implemented,
+    precondition_failed,
+    resource_name,
+    unexpected_frame,
+    NO_ROUTE,
+)
+from ..wire import frames
+from ..wire.methods import make
+from .consumer import Consumer
+
+_BODY_SIZE = struct.Struct(">Q")
+_HEADER_CLASS = struct.Struct(">H")
+# RabbitMQ 3.13's default max_message_size (128 MiB).
+MAX_MESSAGE_SIZE = 128 * 1024 * 1024
+
+
+class Channel:
+    def __init__(self, connection, number: int) -> None:
+        self.conn = connection
+        self.number = number
+        self.vhost = connection.vhost
+        self.closing = False
+        self.active = True  # channel.flow
+        self.consumers: dict[str, Consumer] = {}
+        # delivery tag -> (queue, entry, consumer or None for basic.get)
+        self.unacked: dict[int, tuple] = {}
+        self.next_tag = 1
+        self.consumer_prefetch = 0
+        self.global_prefetch = 0
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirmed_upto = 0
+        self._confirm_pending = False
+        self.tx: list | None = None
+        self.last_queue = ""
+        # content being assembled: (exchange, routing key, route bytes, mandatory)
+        self._publish: tuple | None = None
+        self._header: bytes | None = None
+        self._body: list[bytes] = []
+        self._body_left = 0
+        self._handlers = {
+            spec.Basic.Qos: self._basic_qos,
+            spec.Basic.Consume: self._basic_consume,
+            spec.Basic.Cancel: self._basic_cancel,
+            spec.Basic.Get: self._basic_get,
+            spec.Basic.Ack: self._basic_ack,
+            spec.Basic.Reject: self._basic_reject,
+            spec.Basic.Nack: self._basic_nack,
+            spec.Basic.Recover: self._basic_recover,
+            spec.Basic.RecoverAsync: self._basic_recover_async,
+            spec.Exchange.Declare: self._exchange_declare,
+            spec.Exchange.Delete: self._exchange_delete,
+            spec.Exchange.Bind: self._exchange_bind,
+            spec.Exchange.Unbind: self._exchange_unbind,
+            spec.Queue.Declare: self._queue_declare,
+            spec.Queue.Bind: self._queue_bind,
+            spec.Queue.Unbind: self._queue_unbind,
+            spec.Queue.Purge: self._queue_purge,
+            spec.Queue.Delete: self._queue_delete,
+            spec.Tx.Select: self._tx_select,
+            spec.Tx.Commit: self._tx_commit,
+            spec.Tx.Rollback: self._tx_rollback,
+            spec.Confirm.Select: self._confirm_select,
+            spec.Channel.Flow: self._channel_flow,
+            spec.Channel.FlowOk: lambda method: None,
+        }
+
+    # ---- output --------------------------------------------------------
+
+    def send(self, method) -> None:
+        self.conn.write(frames.method_frame(self.number, method))
+
+    def can_deliver(self) -> bool:
+        return (self.active and not self.closing
+                and (not self.global_prefetch or len(self.unacked) < self.global_prefetch)
+                and self.conn.can_write())
+
+    def flush_confirms(self) -> None:
+        """Acknowledge every publish handled so far in one basic.ack."""
+        self._confirm_pending = False
+        upto = self.publish_seq
+        if upto > self.confirmed_upto and not self.closing:
+            multiple = upto - self.confirmed_upto > 1
+            self.confirmed_upto = upto
+            self.conn.write(frames.ack_frame(self.number, upto, multiple))
+
+    # ---- method dispatch -----------------------------------------------
+
+    def handle_method(self, method) -> None:
+        if self._publish is not None:
+            raise unexpected_frame(
+                f"expected content header for class 60, got non content header frame instead")
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            raise AMQPError(540, f"unimplemented method {method.name}")
+        handler(method)
+
+    # ---- publishing ----------------------------------------------------
+
+    def start_publish(self, exchange: str, routing_key: str, route: bytes,
+                      mandatory: bool, immediate: bool) -> None:
+        if self._publish is not None:
+            raise unexpected_frame(
+                "expected content header for class 60, got non content header frame instead")
+        if immediate:
+            raise not_implemented("immediate=true")
+        self._publish = (exchange, routing_key, route, mandatory)
+
+    def content_header(self, payload: bytes) -> None:
+        if self._publish is None or self._header is not None:
+            raise unexpected_frame("expected method frame, got non method frame instead")
+        if len(payload) < 14:
+            raise AMQPError(501, "content header frame too short")
+        (class_id,) = _HEADER_CLASS.unpack_from(payload, 0)
+        if class_id != 60:
+            raise AMQPError(505, f"content header for class {class_id}, expected 60")
+        (size,) = _BODY_SIZE.unpack_from(payload, 4)
+        if size > MAX_MESSAGE_SIZE:
+            self._publish = None
+            raise precondition_failed(
+                f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}")
+        if size == 0:
+            self._complete(payload, b"")
+        else:
+            self._header = payload
+            self._body_left = size
+
+    def content_body(self, payload: bytes) -> None:
+        if self._header is None:
+            raise unexpected_frame("expected method frame, got non method frame instead")
+        left = self._body_left - len(payload)
+        if left < 0:
+            raise AMQPError(501, "content body exceeds the size its header declared")
+        if left == 0:
+            if self._body:
+                self._body.append(payload)
+                payload = b"".join(self._body)
+                self._body = []
+            self._complete(self._header, payload)
+        else:
+            self._body.append(payload)
+            self._body_left = left
+
+    def _complete(self, header: bytes, body: bytes) -> None:
+        exchange, routing_key, route, mandatory = self._publish
+        self._publish = None
+        self._header = None
+        message = Message(exchange, routing_key, route, header, body)
+        if self.tx is not None:
+            self._exchange_for_publish(exchange)
+            self.tx.append(("publish", message, mandatory))
+        else:
+            self.publish(message, mandatory)
+
+    def _exchange_for_publish(self, name: str):
+        exchange = self.vhost.exchanges.get(name)
+        if exchange is None:
+            raise not_found(f"no {resource_name('exchange', name, self.vhost.name)}")
+        if exchange.internal:
+            raise access_refused(
+                f"cannot publish to internal {resource_name('exchange', name, self.vhost.name)}")
+        return exchange
+
+    def publish(self, message: Message, mandatory: bool) -> None:
+        exchange = self._exchange_for_publish(message.exchange)
+        queues = self.vhost.route(exchange, [message.routing_key], message)
+        if queues:
+            for queue in queues:
+                queue.enqueue(message)
+        elif mandatory:
+            self.conn.write(frames.basic_return(
+                self.number, NO_ROUTE, "NO_ROUTE", message.route, message.header,
+                message.body, self.conn.frame_max))
+        if self.confirm:
+            self.publish_seq += 1
+            if not self._confirm_pending:
+                self._confirm_pending = True
+                self.conn.confirms_due(self)
+
+    # ---- delivering ----------------------------------------------------
+
+    def deliver(self, consumer: Consumer, queue, entry) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if consumer.no_ack:
+            queue.settle()
+        else:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+        message = entry.message
+        self.conn.write(frames.deliver(
+            self.number, consumer.tag_bytes, tag, entry.redelivered, message.route,
+            message.header, message.body, self.conn.frame_max))
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.tag) is not consumer:
+            return
+        del self.consumers[consumer.tag]
+        if self.conn.capabilities.get("consumer_cancel_notify") and not self.closing:
+            self.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
+
+    def redispatch(self) -> None:
+        for queue in {c.queue for c in self.consumers.values()}:
+            queue.dispatch()
+
+    # ---- basic.* -------------------------------------------------------
+
+    def _queue_name(self, name: str) -> str:
+        if name == "":
+            if not self.last_queue:
+                raise not_found("no previously declared queue")
+            return self.last_queue
+        return name
+
+    def _owned_queue(self, name: str):
+        queue = self.vhost.queue(self._queue_name(name))
+        self.vhost.check_exclusive_access(queue, self.conn)
+        return queue
+
+    def _basic_qos(self, method) -> None:
+        if method.prefetch_size:
+            raise not_implemented(f"prefetch_size!=0 ({method.prefetch_size})")
+        if method.global_:
+            self.global_prefetch = method.prefetch_count
+        else:
+            self.consumer_prefetch = method.prefetch_count
+        self.send(make(spec.Basic.QosOk))
+        self.redispatch()
+
+    def _basic_consume(self, method) -> None:
+        tag = method.consumer_tag
+        if tag in self.consumers:
+            raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        queue = self._owned_queue(method.queue)
+        if method.exclusive and queue.consumers or queue.exclusive_consumer is not None:
+            raise access_refused(
+                f"{resource_name('queue', queue.name, self.vhost.name)} in exclusive use")
+        if not tag:
+            tag = server_generated_name("amq.ctag")
+        consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
+                            self.consumer_prefetch, method.arguments)
+        self.consumers[tag] = consumer
+        if not method.nowait:
+            self.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))
+        queue.add_consumer(consumer, method.exclusive)
+
+    def _basic_cancel(self, method) -> None:
+        consumer = self.consumers.pop(method.consumer_tag, None)
+        if consumer is not None:
+            self._detach(consumer)
+        if not method.nowait:
+            self.send(make(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
+
+    def _detach(self, consumer: Consumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.auto_delete_due:
+            self.vhost.remove_queue(queue)
+
+    def _basic_get(self, method) -> None:
+        queue = self._owned_queue(method.queue)
+        entry = queue.take_one()
+        if entry is None:
+            self.send(make(spec.Basic.GetEmpty))
+            return
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if method.no_ack:
+            queue.settle()
+        else:
+            self.unacked[tag] = (queue, entry, None)
+        message = entry.message
+        self.conn.write(frames.get_ok(
+            self.number, tag, entry.redelivered, message.route, len(queue.ready),
+            message.header, message.body, self.conn.frame_max))
+
+    def _take_unacked(self, tag: int, multiple: bool) -> list[tuple[int, tuple]]:
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                taken = list(unacked.items())
+                unacked.clear()
+                return taken
+            if tag not in unacked:
+                raise precondition_failed(f"unknown delivery tag {tag}")
+            tags = []
+            for current in unacked:
+                if current > tag:
+                    break
+                tags.append(current)
+            return [(t, unacked.pop(t)) for t in tags]
+        record = unacked.pop(tag, None)
+        if record is None:
+            raise precondition_failed(f"unknown delivery tag {tag}")
+        return [(tag, record)]
+
+    def _basic_ack(self, method) -> None:
+        self.ack(method.delivery_tag, method.multiple)
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        taken = self._take_unacked(tag, multiple)
+        if self.tx is not None:
+            self.tx.append(("ack", taken))
+        else:
+            self._settle(taken)
+
+    def _settle(self, taken: list[tuple[int, tuple]]) -> None:
+        touched = set()
+        for _, (queue, _entry, consumer) in taken:
+            queue.settle()
+            if consumer is not None:
+                consumer.unacked -= 1
+            touched.add(queue)
+        self._after_release(touched)
+
+    def _after_release(self, touched: set) -> None:
+        if self.global_prefetch:
+            touched.update(c.queue for c in self.consumers.values())
+        for queue in touched:
+            if queue.ready and queue.consumers:
+                queue.dispatch()
+
+    def _basic_reject(self, method) -> None:
+        self._reject(self._take_unacked(method.delivery_tag, False), method.requeue)
+
+    def _basic_nack(self, method) -> None:
+        self._reject(self._take_unacked(method.delivery_tag, method.multiple), method.requeue)
+
+    def _reject(self, taken: list[tuple[int, tuple]], requeue: bool) -> None:
+        if self.tx is not None:
+            self.tx.append(("reject", taken, requeue))
+            return
+        if requeue:
+            self._requeue(taken)
+        else:
+            self._discard(taken)
+
+    def _requeue(self, taken: list[tuple[int, tuple]]) -> None:
+        by_queue: dict = {}
+        for _, (queue, entry, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            by_queue.setdefault(queue, []).append(entry)
+        for queue, entries in by_queue.items():
+            if not queue.deleted:
+                queue.requeue(entries)
+        self._after_release(set(by_queue))
+
+    def _discard(self, taken: list[tuple[int, tuple]]) -> None:
+        touched = set()
+        for _, (queue, entry, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            queue.settle()
+            touched.add(queue)
+        self._after_release(touched)
+
+    def _basic_recover_async(self, method) -> None:
+        if not method.requeue:
+            raise not_implemented("requeue=false")
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        self._requeue(taken)
+
+    def _basic_recover(self, method) -> None:
+        self._basic_recover_async(method)
+        self.send(make(spec.Basic.RecoverOk))
+
+    # ---- exchange.* ----------------------------------------------------
+
+    def _exchange_declare(self, method) -> None:
+        self.vhost.declare_exchange(
+            method.exchange, method.exchange_type, method.passive, method.durable,
+            method.auto_delete, method.internal, method.arguments)
+        if not method.nowait:
+            self.send(make(spec.Exchange.DeclareOk))
+
+    def _exchange_delete(self, method) -> None:
+        self.vhost.delete_exchange(method.exchange, method.if_unused)
+        if not method.nowait:
+            self.send(make(spec.Exchange.DeleteOk))
+
+    def _exchange_bind(self, method) -> None:
+        destination = self._e2e_destination(method.destination, method.source)
+        self.vhost.bind(method.source, destination, method.routing_key, method.arguments)
+        if not method.nowait:
+            self.send(make(spec.Exchange.BindOk))
+
+    def _exchange_unbind(self, method) -> None:
+        self._check_not_default(method.destination, method.source)
+        source = self.vhost.exchanges.get(method.source)
+        destination = self.vhost.exchanges.get(method.destination)
+        if source is not None and destination is not None:
+            self.vhost.unbind(method.source, destination, method.routing_key, method.arguments)
+        if not method.nowait:
+            self.send(make(spec.Exchange.UnbindOk))
+
+    def _e2e_destination(self, destination: str, source: str):
+        self._check_not_default(destination, source)
+        self.vhost.exchange(source)
+        return self.vhost.exchange(destination)
+
+    @staticmethod
+    def _check_not_default(*names: str) -> None:
+        if "" in names:
+            raise access_refused("operation not permitted on the default exchange")
+
+    # ---- queue.* -------------------------------------------------------
+
+    def _queue_declare(self, method) -> None:
+        vhost = self.vhost
+        queue = vhost.declare_queue(
+            method.queue.replace("\r", "").replace("\n", ""), self.conn, method.passive,
+            method.durable, method.exclusive, method.auto_delete, method.arguments)
+        if queue.exclusive_owner is self.conn:
+            self.conn.exclusive_queues.add(queue)
+        self.last_queue = queue.name
+        if not method.nowait:
+            self.send(make(spec.Queue.DeclareOk, queue=queue.name,
+                           message_count=queue.message_count,
+                           consumer_count=queue.consumer_count))
+
+    def _queue_bind(self, method) -> None:
+        name = self._queue_name(method.queue)
+        routing_key = method.routing_key or (name if method.queue == "" else "")
+        self._check_not_default(method.exchange)
+        self.vhost.exchange(method.exchange)
+        queue = self._owned_queue(name)
+        self.vhost.bind(method.exchange, queue, routing_key, method.arguments)
+        if not method.nowait:
+            self.send(make(spec.Queue.BindOk))
+
+    def _queue_unbind(self, method) -> None:
+        name = self._queue_name(method.queue)
+        routing_key = method.routing_key or (name if method.queue == "" else "")
+        self._check_not_default(method.exchange)
+        queue = self.vhost.queues.get(name)
+        if queue is not None and method.exchange in self.vhost.exchanges:
+            self.vhost.check_exclusive_access(queue, self.conn)
+            self.vhost.unbind(method.exchange, queue, routing_key, method.arguments)
+        self.send(make(spec.Queue.UnbindOk))
+
+    def _queue_purge(self, method) -> None:
+        queue = self._owned_queue(method.queue)
+        count = queue.purge()
+        if not method.nowait:
+            self.send(make(spec.Queue.PurgeOk, message_count=count))
+
+    def _queue_delete(self, method) -> None:
+        queue = self.vhost.queues.get(self._queue_name(method.queue))
+        count = 0
+        if queue is not None:
+            self.vhost.check_exclusive_access(queue, self.conn)
+            count = self.vhost.delete_queue(queue, method.if_unused, method.if_empty)
+            self.conn.exclusive_queues.discard(queue)
+        if not method.nowait:
+            self.send(make(spec.Queue.DeleteOk, message_count=count))
+
+    # ---- tx.* and confirm.* --------------------------------------------
+
+    def _tx_select(self, method) -> None:
+        if self.confirm:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = []
+        self.send(make(spec.Tx.SelectOk))
+
+    def _tx_commit(self, method) -> None:
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        actions, self.tx = self.tx, []
+        for action in actions:
+            if action[0] == "publish":
+                self.publish(action[1], action[2])
+            elif action[0] == "ack":
+                self._settle(action[1])
+            elif action[2]:
+                self._requeue(action[1])
+            else:
+                self._discard(action[1])
+        self.send(make(spec.Tx.CommitOk))
+
+    def _tx_rollback(self, method) -> None:
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        actions, self.tx = self.tx, []
+        # Acks and rejects made inside the transaction are undone: those
+        # deliveries are outstanding again (RabbitMQ).
+        restored = [pair for action in actions if action[0] != "publish"
+                    for pair in action[1]]
+        if restored:
+            merged = dict(self.unacked)
+            merged.update(restored)
+            self.unacked = dict(sorted(merged.items()))
+        self.send(make(spec.Tx.RollbackOk))
+
+    def _confirm_select(self, method) -> None:
+        if self.tx is not None:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not method.nowait:
+            self.send(make(spec.Confirm.SelectOk))
+
+    # ---- channel.* -----------------------------------------------------
+
+    def _channel_flow(self, method) -> None:
+        # RabbitMQ refuses active=false (540); we honour it as the spec asks:
+        # deliveries pause until the client sends active=true again.
+        self.active = method.active
+        self.send(make(spec.Channel.FlowOk, active=method.active))
+        if self.active:
+            self.redispatch()
+
+    # ---- teardown ------------------------------------------------------
+
+    def release(self) -> None:
+        """Channel closing: cancel consumers, requeue what is unacknowledged."""
+        self.closing = True
+        self._publish = None
+        self._header = None
+        self._body = []
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            self._detach(consumer)
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        if self.tx:
+            taken.extend(pair for action in self.tx if action[0] != "publish"
+                         for pair in action[1])
+            self.tx = None
+        self._requeue(sorted(taken, key=lambda pair: pair[0]))

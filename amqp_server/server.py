@@ -1,0 +1,160 @@
+"""The asyncio shell: sockets, timers and flushing around `Connection`.
+
+`data_received` feeds the sans-IO connection and writes what it produced in
+one transport write; deliveries triggered by other connections schedule a
+single flush per loop iteration.  Heartbeat, handshake and close timers live
+here because they need a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+
+from .broker.broker import Broker
+from .errors import CONNECTION_FORCED
+from .protocol.connection import CLOSING, OPEN, Connection
+
+log = logging.getLogger("amqp_server")
+
+# RabbitMQ's handshake_timeout: a client has 10 s to finish connection.open.
+HANDSHAKE_TIMEOUT = 10.0
+WRITE_HIGH_WATER = 4 << 20
+WRITE_LOW_WATER = 1 << 20
+
+
+class AMQPProtocol(asyncio.Protocol):
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.conn: Connection | None = None
+        self._flush_scheduled = False
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._heartbeat_started = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("127.0.0.1", 0)
+        host = peer[0]
+        try:
+            loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
+        except ValueError:
+            loopback = False
+        self.conn = Connection(self.server.broker, host, loopback, wakeup=self._schedule_flush)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self.server.protocols.add(self)
+        self._timers["handshake"] = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        conn.receive_data(data)
+        self._flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        conn = self.conn
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        data = conn.data_to_send()
+        if data:
+            transport.write(data)
+        if conn.close_after_flush:
+            self._cancel_timers()
+            transport.close()
+            return
+        if conn.state == OPEN and not self._heartbeat_started:
+            self._heartbeat_started = True
+            self._cancel("handshake")
+            if conn.heartbeat:
+                self._schedule_heartbeat()
+        elif conn.state == CLOSING and "close" not in self._timers:
+            self._timers["close"] = self.loop.call_later(
+                self.server.broker.config.close_timeout, transport.close)
+        conn.flushed()
+
+    def _schedule_heartbeat(self) -> None:
+        self._timers["heartbeat"] = self.loop.call_later(self.conn.heartbeat / 2,
+                                                         self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        self.conn.heartbeat_tick()
+        self._flush()
+        if not self.conn.close_after_flush:
+            self._schedule_heartbeat()
+        else:
+            log.info("connection from %s missed heartbeats; closed", self.conn.peer_host)
+
+    def _handshake_expired(self) -> None:
+        self._timers.pop("handshake", None)
+        if self.conn.state != OPEN and self.transport is not None:
+            log.info("connection from %s did not finish the handshake in time",
+                     self.conn.peer_host)
+            self.conn.connection_lost()
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.conn.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.conn.resume_writing()
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        self.conn.connection_lost()
+        self.server.protocols.discard(self)
+        self.transport = None
+
+    def _cancel(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _cancel_timers(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+class Server:
+    """Listens for AMQP connections on behalf of one broker."""
+
+    def __init__(self, broker: Broker | None = None, host: str | None = None,
+                 port: int | None = None) -> None:
+        self.broker = broker or Broker()
+        self.host = host if host is not None else self.broker.config.host
+        self.port = port if port is not None else self.broker.config.port
+        self.protocols: set[AMQPProtocol] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("AMQP 0-9-1 listening on %s:%d", self.host, self.port)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Close the listener, send 320 CONNECTION_FORCED to every client."""
+        if self._server is not None:
+            self._server.close()
+        for protocol in list(self.protocols):
+            protocol.conn.shutdown(CONNECTION_FORCED,
+                                   "broker forced connection closure with reason 'shutdown'")
+            protocol._flush()
+        deadline = asyncio.get_running_loop().time() + grace
+        while self.protocols and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        for protocol in list(self.protocols):
+            if protocol.transport is not None:
+                protocol.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()

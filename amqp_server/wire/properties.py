@@ -1,0 +1,118 @@
+"""The 14 basic properties, decoded only when a feature asks for them.
+
+Messages keep their properties as the bytes the publisher sent; routing and
+delivering never look inside.  TTL, the headers exchange and dead-lettering
+call `decode_properties` and, when they change something, `encode_properties`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+
+from .table import FieldTable, Timestamp, decode_table, encode_table
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+
+# (name, flag bit, type) in wire order, from the 0-9-1 spec.
+PROPERTY_SPEC = (
+    ("content_type", 1 << 15, "shortstr"),
+    ("content_encoding", 1 << 14, "shortstr"),
+    ("headers", 1 << 13, "table"),
+    ("delivery_mode", 1 << 12, "octet"),
+    ("priority", 1 << 11, "octet"),
+    ("correlation_id", 1 << 10, "shortstr"),
+    ("reply_to", 1 << 9, "shortstr"),
+    ("expiration", 1 << 8, "shortstr"),
+    ("message_id", 1 << 7, "shortstr"),
+    ("timestamp", 1 << 6, "timestamp"),
+    ("type", 1 << 5, "shortstr"),
+    ("user_id", 1 << 4, "shortstr"),
+    ("app_id", 1 << 3, "shortstr"),
+    ("cluster_id", 1 << 2, "shortstr"),
+)
+
+
+@dataclass
+class Properties:
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: FieldTable | None = None
+    delivery_mode: int | None = None
+    priority: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    expiration: str | None = None
+    message_id: str | None = None
+    timestamp: int | None = None
+    type: str | None = None
+    user_id: str | None = None
+    app_id: str | None = None
+    cluster_id: str | None = None
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+
+def decode_properties(raw: bytes) -> Properties:
+    """Decode property flags and values (the part of a content header after
+    class, weight and body size)."""
+    if len(raw) < 2:
+        raise ValueError("content header properties truncated")
+    (flags,) = _U16.unpack_from(raw, 0)
+    offset = 2
+    # Continuation flag words exist in the grammar but no 0-9-1 property uses
+    # them; skip any that a peer sends.
+    last = flags
+    while last & 1:
+        (last,) = _U16.unpack_from(raw, offset)
+        offset += 2
+    props = Properties()
+    try:
+        for name, bit, kind in PROPERTY_SPEC:
+            if not flags & bit:
+                continue
+            if kind == "shortstr":
+                length = raw[offset]
+                offset += 1
+                if offset + length > len(raw):
+                    raise ValueError(f"property {name} exceeds header")
+                value: object = raw[offset : offset + length].decode("utf-8", "surrogateescape")
+                offset += length
+            elif kind == "octet":
+                value = raw[offset]
+                offset += 1
+            elif kind == "timestamp":
+                value = Timestamp(_U64.unpack_from(raw, offset)[0])
+                offset += 8
+            else:
+                value, offset = decode_table(raw, offset)
+            setattr(props, name, value)
+    except (IndexError, struct.error) as exc:
+        raise ValueError(f"content header properties malformed: {exc}") from exc
+    return props
+
+
+def encode_properties(props: Properties) -> bytes:
+    flags = 0
+    parts: list[bytes] = []
+    for name, bit, kind in PROPERTY_SPEC:
+        value = getattr(props, name)
+        if value is None:
+            continue
+        flags |= bit
+        if kind == "shortstr":
+            encoded = value.encode("utf-8", "surrogateescape")
+            if len(encoded) > 255:
+                raise ValueError(f"property {name} longer than 255 bytes")
+            parts.append(_U8.pack(len(encoded)) + encoded)
+        elif kind == "octet":
+            parts.append(_U8.pack(value))
+        elif kind == "timestamp":
+            parts.append(_U64.pack(int(value)))
+        else:
+            parts.append(encode_table(value))
+    return _U16.pack(flags) + b"".join(parts)

@@ -1,0 +1,1 @@
+"""Policies: the model, name matching, precedence, and the amqpctl CLI."""

@@ -1,0 +1,1 @@
+"""The PySpark audit of the broker's dead-letter log."""
