@@ -1,0 +1,100 @@
+"""The connection state machine driven in memory: bytes in, bytes out, no socket."""
+
+from __future__ import annotations
+
+import struct
+
+from pamqp import commands as spec
+
+from amqp_server.broker.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.protocol.connection import OPEN, Connection
+from amqp_server.wire import frames
+from amqp_server.wire.methods import decode_method, make
+from amqp_server.wire.table import FieldTable
+
+
+def split_frames(data: bytes):
+    pos = 0
+    while pos < len(data):
+        frame_type, channel, size = struct.unpack_from(">BHI", data, pos)
+        yield frame_type, channel, data[pos + 7:pos + 7 + size]
+        pos += size + 8
+
+
+def methods(data: bytes):
+    return [decode_method(p) for t, _, p in split_frames(data) if t == frames.FRAME_METHOD]
+
+
+def open_connection(broker: Broker) -> Connection:
+    conn = Connection(broker)
+    conn.receive_data(frames.PROTOCOL_HEADER)
+    conn.receive_data(frames.method_frame(0, make(
+        spec.Connection.StartOk, client_properties=FieldTable(), mechanism="PLAIN",
+        response=b"\x00guest\x00guest", locale="en_US")))
+    conn.receive_data(frames.method_frame(0, make(spec.Connection.TuneOk, channel_max=100,
+                                                  frame_max=131072, heartbeat=0)))
+    conn.receive_data(frames.method_frame(0, make(spec.Connection.Open, virtual_host="/")))
+    conn.receive_data(frames.method_frame(1, make(spec.Channel.Open)))
+    out = methods(conn.data_to_send())
+    assert [type(m) for m in out] == [spec.Connection.Start, spec.Connection.Tune,
+                                      spec.Connection.OpenOk, spec.Channel.OpenOk]
+    assert conn.state == OPEN
+    return conn
+
+
+def test_handshake_and_publish_to_consumer_on_another_connection():
+    broker = Broker(BrokerConfig())
+    woken = []
+    producer = open_connection(broker)
+    consumer = open_connection(broker)
+    consumer._wakeup = lambda: woken.append(True)
+    consumer.receive_data(frames.method_frame(1, make(spec.Queue.Declare, queue="q")))
+    consumer.receive_data(frames.method_frame(1, make(spec.Basic.Consume, queue="q",
+                                                      consumer_tag="c1", no_ack=True)))
+    assert [type(m) for m in methods(consumer.data_to_send())] == [
+        spec.Queue.DeclareOk, spec.Basic.ConsumeOk]
+    header = frames.content_header(2, b"\x00\x00")
+    producer.receive_data(frames.method_frame(1, make(spec.Basic.Publish, routing_key="q"))
+                          + frames.frame(2, 1, header) + frames.frame(3, 1, b"hi"))
+    assert woken == [True]  # the consumer's shell is asked to flush once
+    out = list(split_frames(consumer.data_to_send()))
+    assert [t for t, _, _ in out] == [1, 2, 3]
+    deliver = decode_method(out[0][2])
+    assert (deliver.consumer_tag, deliver.routing_key) == ("c1", "q")
+    assert out[1][2] == header and out[2][2] == b"hi"
+
+
+def test_frames_split_across_reads_are_reassembled():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    data = frames.method_frame(1, make(spec.Queue.Declare, queue="split"))
+    for byte in data:
+        conn.receive_data(bytes([byte]))
+    assert isinstance(methods(conn.data_to_send())[0], spec.Queue.DeclareOk)
+
+
+def test_confirms_for_one_read_are_one_multiple_ack():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    conn.receive_data(frames.method_frame(1, make(spec.Confirm.Select)))
+    conn.data_to_send()
+    publish = (frames.method_frame(1, make(spec.Basic.Publish, routing_key="none"))
+               + frames.frame(2, 1, frames.content_header(0, b"\x00\x00")))
+    conn.receive_data(publish * 5)
+    acks = methods(conn.data_to_send())
+    assert len(acks) == 1 and isinstance(acks[0], spec.Basic.Ack)
+    assert (acks[0].delivery_tag, acks[0].multiple) == (5, True)
+
+
+def test_heartbeat_tick_sends_and_drops():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    conn.heartbeat = 10
+    conn._sent_since_tick = False
+    conn.heartbeat_tick()
+    assert conn.data_to_send() == frames.HEARTBEAT_FRAME
+    for _ in range(4):
+        conn._sent_since_tick = True
+        conn.heartbeat_tick()
+    assert conn.close_after_flush
