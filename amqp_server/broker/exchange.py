@@ -42,17 +42,23 @@ class Exchange:
         alternate = self.arguments.get("alternate-exchange")
         self.alternate: str | None = alternate if isinstance(alternate, str) else None
         self.bindings: dict[tuple, Binding] = {}
+        # How many bindings lead to exchanges: routing walks the graph only then.
+        self.exchange_bindings = 0
 
     def add_binding(self, binding: Binding) -> bool:
         if binding.key in self.bindings:
             return False
         self.bindings[binding.key] = binding
+        if not binding.destination.is_queue:
+            self.exchange_bindings += 1
         self._index_add(binding)
         return True
 
     def remove_binding(self, key: tuple) -> Binding | None:
         binding = self.bindings.pop(key, None)
         if binding is not None:
+            if not binding.destination.is_queue:
+                self.exchange_bindings -= 1
             self._index_remove(binding)
         return binding
 

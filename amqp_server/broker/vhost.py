@@ -280,14 +280,11 @@ class VirtualHost:
 
     # ---- routing -------------------------------------------------------
 
-    def route(self, exchange: Exchange, routing_keys: list[str], message) -> list[Queue]:
+    def route(self, exchange: Exchange, routing_keys: list[str], message):
         """Queues the message goes to, through e2e bindings and alternates."""
         destinations = exchange.match(routing_keys, message)
-        if not destinations and exchange.alternate is None:
-            return []
-        # Fast path: only queues, no alternate needed.
-        if destinations and all(d.is_queue for d in destinations):
-            return list(destinations)
+        if not exchange.exchange_bindings and (destinations or exchange.alternate is None):
+            return destinations  # only queues can match: nothing to walk
         queues: dict[Queue, None] = {}
         seen = {exchange}
         pending = [(exchange, destinations)]

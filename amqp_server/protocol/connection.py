@@ -35,13 +35,15 @@ from ..errors import (
 from ..wire import frames
 from ..wire.methods import MethodDecodeError, UnknownMethod, decode_method, make
 from ..wire.table import FieldTable, decode_table_body
-from .channel import Channel
+from ..broker.message import Message
+from .channel import MAX_MESSAGE_SIZE, Channel
 
 log = logging.getLogger("amqp_server.connection")
 
 _FRAME_HEADER = struct.Struct(">BHI")
 _PUBLISH_PREFIX = struct.Struct(">I")
 _ACK_BODY = struct.Struct(">QB")
+_BODY_SIZE = struct.Struct(">Q")
 _PUBLISH_INDEX = (60 << 16) | 40
 _ACK_INDEX = (60 << 16) | 80
 _MIN_FRAME_MAX = 4096
@@ -219,7 +221,12 @@ class Connection:
                 if channel is not None and not channel.closing:
                     # Hot path: publish and ack skip the generic decoder.
                     if index == _PUBLISH_INDEX:
-                        self._publish(channel, payload)
+                        fused_end = self._fused_publish(channel, payload, data, pos,
+                                                        end_of_data)
+                        if fused_end:
+                            pos = fused_end
+                        else:
+                            self._publish(channel, payload)
                         continue
                     if index == _ACK_INDEX and len(payload) >= 13:
                         tag, bits = _ACK_BODY.unpack_from(payload, 4)
@@ -263,6 +270,56 @@ class Connection:
         routing_key = payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape")
         self._on_channel(channel, channel.start_publish, exchange, routing_key,
                          payload[6:rk_end], bool(bits & 1), bool(bits & 2))
+
+    def _fused_publish(self, channel: Channel, payload: bytes, data: bytes, pos: int,
+                       end_of_data: int) -> int:
+        """The common case in one step: publish, header and a single body frame
+        all in this read.  Returns where the next frame starts, or 0 to let
+        the general path (which also reports every error) handle it."""
+        if channel._publish is not None or channel.tx is not None:
+            return 0
+        if pos + 7 > end_of_data:
+            return 0
+        frame_type, number, size = _FRAME_HEADER.unpack_from(data, pos)
+        header_end = pos + 7 + size
+        if (frame_type != 2 or number != channel.number or size < 14
+                or header_end >= end_of_data or data[header_end] != 0xCE
+                or size > self.frame_max):
+            return 0
+        (body_size,) = _BODY_SIZE.unpack_from(data, pos + 11)
+        next_pos = header_end + 1
+        if body_size:
+            if next_pos + 7 > end_of_data:
+                return 0
+            frame_type, number, size = _FRAME_HEADER.unpack_from(data, next_pos)
+            body_end = next_pos + 7 + size
+            if (frame_type != 3 or number != channel.number or size != body_size
+                    or body_end >= end_of_data or data[body_end] != 0xCE):
+                return 0
+            body = data[next_pos + 7 : body_end]
+            next_pos = body_end + 1
+        else:
+            body = b""
+        try:
+            ex_len = payload[6]
+            ex_end = 7 + ex_len
+            rk_len = payload[ex_end]
+            rk_end = ex_end + 1 + rk_len
+            bits = payload[rk_end]
+        except IndexError:
+            return 0
+        if bits & 2 or body_size > MAX_MESSAGE_SIZE or data[pos + 7 : pos + 9] != b"\x00\x3c":
+            return 0  # immediate, oversized or not class 60: the slow path says why
+        message = Message(payload[7:ex_end].decode("utf-8", "surrogateescape"),
+                          payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape"),
+                          payload[6:rk_end], data[pos + 7 : header_end], body)
+        try:
+            channel.publish(message, bool(bits & 1))
+        except AMQPError as error:
+            if error.closes_connection:
+                raise
+            self.channel_error(channel, error.for_method(60, 40))
+        return next_pos
 
     def _on_channel(self, channel: Channel, handler, *args) -> None:
         try:

@@ -53,6 +53,9 @@ def _shortstr(value: str) -> bytes:
     return _U8.pack(len(raw)) + raw
 
 
+_END_AND_BODY_HEAD = struct.Struct(">BBHI")  # frame end, then body frame header
+
+
 def deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool,
             route: bytes, header: bytes, body: bytes, frame_max: int) -> bytes:
     """basic.deliver with its content, as one buffer.
@@ -60,7 +63,20 @@ def deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: b
     `consumer_tag` is a pre-encoded shortstr and `route` the exchange and
     routing-key shortstrs exactly as they arrived in basic.publish.
     """
-    size = 4 + len(consumer_tag) + 9 + len(route)
+    size = 13 + len(consumer_tag) + len(route)
+    if 0 < len(body) <= frame_max - FRAME_OVERHEAD:
+        # The common case, packed with as few pieces as possible.
+        return b"".join((
+            _METHOD_PREFIX.pack(FRAME_METHOD, channel, size, 60, 60),
+            consumer_tag,
+            _DELIVER_TAIL.pack(delivery_tag, 1 if redelivered else 0),
+            route,
+            _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_HEADER, channel, len(header)),
+            header,
+            _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, len(body)),
+            body,
+            FRAME_END_BYTE,
+        ))
     return b"".join((
         _METHOD_PREFIX.pack(FRAME_METHOD, channel, size, 60, 60),
         consumer_tag,

@@ -1,0 +1,89 @@
+"""python -m bench: run scenarios against AMQP URLs, side by side.
+
+    python -m bench --url amqp://guest:guest@127.0.0.1:5672/ --scenario transient
+    python -m bench --compare amqp://guest:guest@127.0.0.1:5672/   # ours vs that broker
+
+--compare starts this project's broker in a subprocess on a free port and
+runs every scenario against it and the reference URL in one run, printing
+a markdown table of ratios (ours / reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from .scenarios import SCENARIOS
+
+
+def start_our_broker() -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amqp_server", "--port", "0", "--log-level", "warning"],
+        stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"broker did not start: {line!r}")
+    port = int(line.rsplit(":", 1)[1])
+    return proc, f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+
+
+def run(url: str, names: list[str], scale: float, repeat: int) -> dict:
+    results = {}
+    for name in names:
+        best = None
+        for _ in range(repeat):
+            result = SCENARIOS[name]["run"](url, scale)
+            metric = SCENARIOS[name]["metric"]
+            if best is None or result[metric] > best[metric]:
+                best = result
+        results[name] = best
+        print(f"  {name}: {json.dumps(best)}", file=sys.stderr, flush=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="run against this AMQP URL only")
+    target.add_argument("--compare", metavar="REFERENCE_URL",
+                        help="run against our broker and this reference broker")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
+                        help="scenario to run (repeatable; default all)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply message/connection counts (default 1.0)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per scenario; best kept")
+    args = parser.parse_args()
+    names = args.scenario or list(SCENARIOS)
+
+    if args.url:
+        print(json.dumps(run(args.url, names, args.scale, args.repeat), indent=2))
+        return 0
+
+    proc, ours_url = start_our_broker()
+    try:
+        print(f"ours: {ours_url}", file=sys.stderr)
+        ours = run(ours_url, names, args.scale, args.repeat)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    time.sleep(0.5)
+    print(f"reference: {args.compare}", file=sys.stderr)
+    reference = run(args.compare, names, args.scale, args.repeat)
+    print("| scenario | metric | this broker | RabbitMQ | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for name in names:
+        metric = SCENARIOS[name]["metric"]
+        a, b = ours[name][metric], reference[name][metric]
+        ratio = a / b if b else float("inf")
+        print(f"| {name} ({SCENARIOS[name]['what']}) | {metric} | {a:,} | {b:,} | {ratio:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
