@@ -43,15 +43,15 @@ def test_redeclare_with_other_argument_names_types(connection):
     channel.queue_declare("q", arguments={"x-max-length": 10, "x-unchecked": 1})
     with pytest.raises(ChannelClosedByBroker) as info:
         channel.queue_declare("q", arguments={"x-max-length": 20})
-    # pika encodes small ints as signed 32-bit: RabbitMQ names that 'signedint'.
     assert info.value.reply_text == (
         "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': "
-        "received the value '20' of type 'signedint' but current is the value '10' of "
-        "type 'signedint'")
+        "received '20' but current is '10'")
     channel = connection.channel()
     with pytest.raises(ChannelClosedByBroker) as info:
         channel.queue_declare("q")
-    assert "received none but current is the value '10'" in info.value.reply_text
+    # pika encodes small ints as signed 32-bit: RabbitMQ names that 'signedint'.
+    assert "received none but current is the value '10' of type 'signedint'" in (
+        info.value.reply_text)
 
 
 def test_reserved_queue_prefix(channel):

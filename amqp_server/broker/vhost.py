@@ -64,6 +64,12 @@ def _describe(typed: tuple[str, object] | None) -> str:
     return f"the value '{value}' of type '{kind}'"
 
 
+def _bare(value: object) -> str:
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f"'{value}'"
+
+
 def _flag(value: bool) -> str:
     return "'true'" if value else "'false'"
 
@@ -80,6 +86,10 @@ def assert_args_equivalent(current: FieldTable, requested: FieldTable,
             new_class = _TYPE_CLASS.get(new[0], new[0])
             if old_class == new_class and old[1] == new[1]:
                 continue
+            # Both present: RabbitMQ compares and prints the bare values.
+            raise precondition_failed(
+                f"inequivalent arg '{key}' for {what}: "
+                f"received {_bare(new[1])} but current is {_bare(old[1])}")
         if key == "x-queue-type" and {old, new} <= {None, ("longstr", "classic")}:
             continue
         raise precondition_failed(
