@@ -257,19 +257,12 @@ class Connection:
             self._leftover = data[pos:]
 
     def _publish(self, channel: Channel, payload: bytes) -> None:
-        try:
-            # ticket (2 octets), exchange and routing key shortstrs, bits
-            ex_len = payload[6]
-            ex_end = 7 + ex_len
-            rk_len = payload[ex_end]
-            rk_end = ex_end + 1 + rk_len
-            bits = payload[rk_end]
-        except IndexError:
-            raise AMQPError(SYNTAX_ERROR, "malformed basic.publish") from None
-        exchange = payload[7:ex_end].decode("utf-8", "surrogateescape")
-        routing_key = payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape")
-        self._on_channel(channel, channel.start_publish, exchange, routing_key,
-                         payload[6:rk_end], bool(bits & 1), bool(bits & 2))
+        fields = _publish_fields(payload)
+        if fields is None:
+            raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
+        exchange, routing_key, route, bits = fields
+        self._on_channel(channel, channel.start_publish, exchange, routing_key, route,
+                         bool(bits & 1), bool(bits & 2))
 
     def _fused_publish(self, channel: Channel, payload: bytes, data: bytes, pos: int,
                        end_of_data: int) -> int:
@@ -300,19 +293,12 @@ class Connection:
             next_pos = body_end + 1
         else:
             body = b""
-        try:
-            ex_len = payload[6]
-            ex_end = 7 + ex_len
-            rk_len = payload[ex_end]
-            rk_end = ex_end + 1 + rk_len
-            bits = payload[rk_end]
-        except IndexError:
-            return 0
-        if bits & 2 or body_size > MAX_MESSAGE_SIZE or data[pos + 7 : pos + 9] != b"\x00\x3c":
-            return 0  # immediate, oversized or not class 60: the slow path says why
-        message = Message(payload[7:ex_end].decode("utf-8", "surrogateescape"),
-                          payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape"),
-                          payload[6:rk_end], data[pos + 7 : header_end], body)
+        fields = _publish_fields(payload)
+        if (fields is None or fields[3] & 2 or body_size > MAX_MESSAGE_SIZE
+                or data[pos + 7 : pos + 9] != b"\x00\x3c"):
+            return 0  # malformed, immediate, oversized or not class 60: the slow path says why
+        exchange, routing_key, route, bits = fields
+        message = Message(exchange, routing_key, route, data[pos + 7 : header_end], body)
         try:
             channel.publish(message, bool(bits & 1))
         except AMQPError as error:
@@ -575,6 +561,21 @@ class Connection:
                 self.vhost.remove_queue(queue)
         self.exclusive_queues.clear()
         self.broker.connections.discard(self)
+
+
+def _publish_fields(payload: bytes) -> tuple[str, str, bytes, int] | None:
+    """basic.publish read by hand: (exchange, routing key, the two encoded
+    shortstrs as they stand, flag bits), or None when truncated."""
+    try:
+        # ticket (2 octets), exchange and routing key shortstrs, bits
+        ex_end = 7 + payload[6]
+        rk_end = ex_end + 1 + payload[ex_end]
+        bits = payload[rk_end]
+    except IndexError:
+        return None
+    return (payload[7:ex_end].decode("utf-8", "surrogateescape"),
+            payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape"),
+            payload[6:rk_end], bits)
 
 
 def _ids(method) -> tuple[int, int]:

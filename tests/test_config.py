@@ -1,0 +1,40 @@
+"""Config loading and the amqp-server command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_server.cli import main
+from amqp_server.config import BrokerConfig, ConfigError
+
+
+def test_embedded_defaults():
+    config = BrokerConfig.load()
+    assert (config.host, config.port, config.default_user, config.default_vhost) == (
+        "127.0.0.1", 5672, "guest", "/")
+
+
+def test_toml_then_flags_override(tmp_path):
+    path = tmp_path / "broker.toml"
+    path.write_text('port = 6000\nheartbeat = 30\n[address-settings."#"]\nmax-delivery-attempts = 3\n')
+    config = BrokerConfig.load(path, port=7000)
+    assert (config.port, config.heartbeat) == (7000, 30)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("bogus = 1\n", "unknown config keys: bogus"),
+    ("port = 'x'\n", "config key 'port' must be int"),
+    ("port = \n", "is not valid TOML"),
+])
+def test_bad_config_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.load(path)
+
+
+def test_cli_rejects_bad_input(capsys, tmp_path):
+    assert main(["--config", str(tmp_path / "missing.toml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert main(["--port", "70000"]) == 2
+    assert "--port must be 0-65535" in capsys.readouterr().err
