@@ -98,3 +98,15 @@ def test_heartbeat_tick_sends_and_drops():
         conn._sent_since_tick = True
         conn.heartbeat_tick()
     assert conn.close_after_flush
+
+
+def test_oversized_body_frame_in_one_read_is_a_frame_error():
+    # publish, header and body in one read take the fused fast path, which
+    # must still enforce frame_max
+    conn = open_connection(Broker(BrokerConfig()))
+    body = b"x" * 200_000
+    conn.receive_data(frames.method_frame(1, make(spec.Basic.Publish, routing_key="q"))
+                      + frames.frame(2, 1, frames.content_header(len(body), b"\x00\x00"))
+                      + frames.frame(3, 1, body))
+    close = methods(conn.data_to_send())[-1]
+    assert isinstance(close, spec.Connection.Close) and close.reply_code == 501

@@ -287,7 +287,8 @@ class Connection:
             frame_type, number, size = _FRAME_HEADER.unpack_from(data, next_pos)
             body_end = next_pos + 7 + size
             if (frame_type != 3 or number != channel.number or size != body_size
-                    or body_end >= end_of_data or data[body_end] != 0xCE):
+                    or size > self.frame_max or body_end >= end_of_data
+                    or data[body_end] != 0xCE):
                 return 0
             body = data[next_pos + 7 : body_end]
             next_pos = body_end + 1
