@@ -18,6 +18,18 @@ class RawClient:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buffer = b""
 
+    @classmethod
+    def opened(cls, port: int, queue: str | None = None) -> "RawClient":
+        """Connected, logged in, channel 1 open, and `queue` declared if given."""
+        client = cls(port)
+        client.handshake()
+        client.open_channel()
+        if queue is not None:
+            client.send_method(1, make(spec.Queue.Declare, queue=queue))
+            _, ok = client.read_method()
+            assert isinstance(ok, spec.Queue.DeclareOk)
+        return client
+
     def close(self) -> None:
         self.sock.close()
 

@@ -17,13 +17,6 @@ from amqp_server.wire.table import FieldTable, encode_table
 from interop.rawclient import RawClient
 
 
-def raw_open(broker) -> RawClient:
-    client = RawClient(broker.port)
-    client.handshake()
-    client.open_channel()
-    return client
-
-
 def expect_connection_close(client: RawClient, code: int) -> spec.Connection.Close:
     channel, close = client.read_method()
     assert channel == 0 and isinstance(close, spec.Connection.Close), close
@@ -134,7 +127,7 @@ def test_silent_peer_is_dropped_after_two_intervals(broker):
 
 
 def test_shutdown_sends_connection_forced(broker):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     broker.stop()
     _, close = client.read_method()
     assert (close.reply_code, close.reply_text) == (
@@ -181,27 +174,27 @@ def other_connections_still_work(broker):
     (frames.frame(8, 1, b""), 505),                                    # heartbeat off channel 0
 ])
 def test_malformed_frames_close_the_connection_only(broker, data, code):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     client.send(data)
     expect_connection_close(client, code)
     other_connections_still_work(broker)
 
 
 def test_method_during_content_is_unexpected(broker):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     client.send_method(1, make(spec.Basic.Publish, exchange="", routing_key="q"))
     client.send_method(1, make(spec.Queue.Declare, queue="q"))
     expect_connection_close(client, 505)
 
 
 def test_body_longer_than_declared(broker):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     client.publish(1, "", "q", frames.content_header(3, b"\x00\x00"), b"too long")
     expect_connection_close(client, 501)
 
 
 def test_oversized_message_is_refused_with_406(broker):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     client.send_method(1, make(spec.Basic.Publish, exchange="", routing_key="q"))
     client.send(frames.frame(2, 1, frames.content_header(200 * 1024 * 1024, b"\x00\x00")))
     channel, close = client.read_method()
@@ -210,7 +203,7 @@ def test_oversized_message_is_refused_with_406(broker):
 
 
 def test_garbage_in_field_table_is_a_syntax_error(broker):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     # queue.declare whose arguments table holds an unknown field type 'Z'
     bad_table = struct.pack(">I", 4) + b"\x01kZ\x00"
     payload = (b"\x00\x32\x00\x0a" + b"\x00\x00" + b"\x01q" + b"\x00" + bad_table)
@@ -220,7 +213,7 @@ def test_garbage_in_field_table_is_a_syntax_error(broker):
 
 
 def test_channel_error_leaves_connection_usable(broker):
-    client = raw_open(broker)
+    client = RawClient.opened(broker.port)
     client.send_method(1, make(spec.Queue.Declare, queue="ghost", passive=True))
     channel, close = client.read_method()
     assert (channel, close.reply_code) == (1, 404)

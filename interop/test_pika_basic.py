@@ -30,11 +30,7 @@ def test_consume_delivers_in_order_with_server_tag(connection, channel):
 
 
 def test_server_generated_consumer_tag(broker):
-    client = RawClient(broker.port)
-    client.handshake()
-    client.open_channel()
-    client.send_method(1, make(spec.Queue.Declare, queue="q"))
-    client.read_method()
+    client = RawClient.opened(broker.port, queue="q")
     client.send_method(1, make(spec.Basic.Consume, queue="q", consumer_tag=""))
     _, ok = client.read_method()
     assert ok.consumer_tag.startswith("amq.ctag-")
@@ -85,11 +81,7 @@ def test_round_robin_between_consumers(connection, channel):
 
 def test_reused_consumer_tag_is_not_allowed(broker):
     # pika refuses duplicate tags itself, so the raw client sends them.
-    client = RawClient(broker.port)
-    client.handshake()
-    client.open_channel()
-    client.send_method(1, make(spec.Queue.Declare, queue="q"))
-    client.read_method()
+    client = RawClient.opened(broker.port, queue="q")
     for _ in range(2):
         client.send_method(1, make(spec.Basic.Consume, queue="q", consumer_tag="dup"))
     client.read_method()  # consume-ok
@@ -199,9 +191,7 @@ def test_mandatory_unroutable_is_returned(connection, channel):
 
 def test_immediate_is_not_implemented(broker):
     # pika cannot send immediate=true; RabbitMQ answers it with 540.
-    client = RawClient(broker.port)
-    client.handshake()
-    client.open_channel()
+    client = RawClient.opened(broker.port)
     client.send_method(1, make(spec.Basic.Publish, exchange="", routing_key="q", immediate=True))
     client.send(frame(FRAME_HEADER, 1, content_header(0, encode_properties(Properties()))))
     _, close = client.read_method()
