@@ -28,6 +28,8 @@ class BrokerConfig:
     heartbeat: int = 60
     # Seconds to wait for close-ok before dropping the socket.
     close_timeout: float = 3.0
+    # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period).
+    message_expiry_scan_period: int = 1000
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":

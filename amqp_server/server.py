@@ -134,9 +134,15 @@ class Server:
         self.port = port if port is not None else self.broker.config.port
         self.protocols: set[AMQPProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._reaper = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        broker = self.broker
+        broker.timers.attach(loop)
+        period = broker.config.message_expiry_scan_period
+        if period > 0:
+            self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -146,6 +152,8 @@ class Server:
         """Close the listener, send 320 CONNECTION_FORCED to every client."""
         if self._server is not None:
             self._server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
         for protocol in list(self.protocols):
             protocol.conn.shutdown(CONNECTION_FORCED,
                                    "broker forced connection closure with reason 'shutdown'")

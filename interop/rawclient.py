@@ -105,3 +105,30 @@ class RawClient:
         self.send(frames.frame(frames.FRAME_HEADER, channel, header))
         if body:
             self.send(frames.frame(frames.FRAME_BODY, channel, body))
+
+    @classmethod
+    def for_url(cls, url: str) -> "RawClient":
+        """Connected to the broker at an amqp:// URL (guest/guest), channel 1 open."""
+        from urllib.parse import urlparse
+        parsed = urlparse(url)
+        client = cls(parsed.port or 5672, parsed.hostname or "127.0.0.1")
+        client.handshake()
+        client.open_channel()
+        return client
+
+    def get(self, queue: str, channel: int = 1):
+        """basic.get with no_ack: (get-ok, typed Properties, body), or None if
+        the queue is empty.  Properties keep every wire type."""
+        from amqp_server.wire.properties import decode_properties
+        self.send_method(channel, make(spec.Basic.Get, queue=queue, no_ack=True))
+        _, reply = self.read_method()
+        if isinstance(reply, spec.Basic.GetEmpty):
+            return None
+        assert isinstance(reply, spec.Basic.GetOk), reply
+        _, _, header = self.read_frame()
+        (size,) = struct.unpack_from(">Q", header, 4)
+        body = b""
+        while len(body) < size:
+            _, _, chunk = self.read_frame()
+            body += chunk
+        return reply, decode_properties(header[12:]), body

@@ -6,6 +6,7 @@ import hmac
 from dataclasses import dataclass, field
 
 from ..config import BrokerConfig
+from .timers import Timers, now_ms
 from .vhost import VirtualHost
 
 
@@ -26,6 +27,7 @@ class Broker:
     vhosts: dict[str, VirtualHost] = field(default_factory=dict)
     users: dict[str, User] = field(default_factory=dict)
     connections: set = field(default_factory=set)
+    timers: Timers = field(default_factory=Timers)
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -39,7 +41,7 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name)
+            vhost = self.vhosts[name] = VirtualHost(name, self.timers)
         return vhost
 
     def authenticate(self, username: str, password: str) -> User | None:
@@ -47,3 +49,14 @@ class Broker:
         if user is None or not user.check_password(password):
             return None
         return user
+
+    def sweep(self, now: float | None = None) -> int:
+        """The expiry reaper: expired messages anywhere in any queue die now,
+        held at-least-once dead letters are retried.  Returns how many expired."""
+        now = now_ms() if now is None else now
+        count = 0
+        for vhost in list(self.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                if not queue.plain or queue.saw_message_ttl or queue.dlx_pending:
+                    count += queue.sweep(now)
+        return count

@@ -5,19 +5,36 @@
 encoded exchange and routing-key shortstrs exactly as they appeared in
 basic.publish.  Both are copied into basic.deliver / basic.get-ok /
 basic.return unchanged, so a message that is only routed and delivered is
-never decoded or re-encoded.  `properties` decodes on first use.
+never decoded or re-encoded.  `properties` decodes on first use, and at
+publish only when the flags say there are headers (CC/BCC) or an expiration.
 """
 
 from __future__ import annotations
 
-from ..wire.properties import Properties, decode_properties
+from dataclasses import replace
+
+from dlx.dead_letter import Letter, Republish
+from dlx.deaths import DeathHistory, history_from_headers
+from dlx.expiry import parse_expiration
+
+from ..wire.frames import shortstr
+from ..wire.properties import Properties, decode_properties, encode_properties
+from ..wire.table import FieldTable
 
 # class id (2) + weight (2) + body size (8) precede the property flags.
 HEADER_PREFIX = 12
+_FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
+_FLAG_EXPIRATION = 0x01   # high byte of the flags: bit 8
+ROUTING_HEADERS = ("CC", "BCC")
+
+
+class InvalidMessage(ValueError):
+    """A publish RabbitMQ refuses with 406; str() is the reply text."""
 
 
 class Message:
-    __slots__ = ("exchange", "routing_key", "route", "header", "body", "_properties")
+    __slots__ = ("exchange", "routing_key", "route", "header", "body", "_properties",
+                 "routing_keys", "bcc", "ttl", "history", "origin")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes,
                  header: bytes, body: bytes) -> None:
@@ -27,6 +44,53 @@ class Message:
         self.header = header
         self.body = body
         self._properties: Properties | None = None
+        self.routing_keys: tuple[str, ...] = (routing_key,)
+        self.bcc: tuple[str, ...] = ()
+        self.ttl: int | None = None  # per-message TTL (ms) from `expiration`
+        self.history: DeathHistory | None = None  # parsed lazily from x-death
+        self.origin: Message | None = None  # set on a per-delivery copy
+
+    # ---- publish-time inspection ---------------------------------------
+
+    def inspect(self) -> None:
+        """Read what routing and expiry need, only if the flags say it is
+        there: CC/BCC routing keys (BCC is then removed, as RabbitMQ does)
+        and the per-message TTL.  Raises InvalidMessage with RabbitMQ's text."""
+        flags = self.header[HEADER_PREFIX] if len(self.header) > HEADER_PREFIX else 0
+        if not flags & (_FLAG_HEADERS | _FLAG_EXPIRATION):
+            return
+        try:
+            props = self.properties
+        except ValueError as exc:
+            raise InvalidMessage(f"invalid message: {exc}") from exc
+        if props.expiration is not None:
+            try:
+                self.ttl = parse_expiration(props.expiration)
+            except ValueError as exc:
+                raise InvalidMessage(
+                    f"invalid expiration '{props.expiration}': {exc}") from exc
+        headers = props.headers
+        if headers and ("CC" in headers or "BCC" in headers):
+            extra = {}
+            for name in ROUTING_HEADERS:
+                if name not in headers:
+                    continue
+                kind = headers.type_of(name)
+                if kind != "array":
+                    raise InvalidMessage(
+                        f'invalid message: {{unacceptable_type_in_header,"{name}",{kind}}}')
+                value = headers[name]
+                extra[name] = tuple(str(v) for i, v in enumerate(value)
+                                    if _element_type(value, i) == "longstr")
+            self.routing_keys = (self.routing_key, *extra.get("CC", ()), *extra.get("BCC", ()))
+            if "BCC" in extra:
+                self.bcc = extra["BCC"]
+                stripped = FieldTable(headers)
+                stripped.types.update(headers.types)
+                del stripped["BCC"]
+                self._set_properties(replace(props, headers=stripped))
+
+    # ---- views ---------------------------------------------------------
 
     @property
     def body_size(self) -> int:
@@ -47,15 +111,66 @@ class Message:
     def persistent(self) -> bool:
         return self.properties.delivery_mode == 2
 
+    def death_history(self) -> DeathHistory:
+        if self.history is None:
+            self.history = history_from_headers(self.properties.headers)
+        return self.history
+
+    def letter(self) -> Letter:
+        props = self.properties
+        return Letter(self.exchange, self.routing_keys, props.headers, props.expiration,
+                      self.bcc, self.death_history())
+
+    # ---- derived messages ----------------------------------------------
+
+    def _set_properties(self, props: Properties) -> None:
+        self._properties = props
+        self.header = self.header[:HEADER_PREFIX] + encode_properties(props)
+
+    def dead_lettered(self, plan: Republish) -> "Message":
+        """The message as republished to its dead-letter exchange."""
+        key = plan.routing_keys[0]
+        copy = Message(plan.exchange, key, shortstr(plan.exchange) + shortstr(key),
+                       self.header, self.body)
+        copy._set_properties(replace(self.properties, headers=plan.headers, expiration=None))
+        copy.routing_keys = plan.routing_keys
+        copy.bcc = plan.bcc
+        copy.history = plan.history
+        return copy
+
+    def with_delivery_count(self, count: int) -> "Message":
+        """A copy for one quorum-queue delivery, carrying `x-delivery-count`
+        (a long, as 3.13 sets it); dead-lettering uses the original."""
+        base = self.origin or self
+        copy = Message(base.exchange, base.routing_key, base.route, base.header, base.body)
+        headers = FieldTable(base.properties.headers or {})
+        headers.types.update(getattr(base.properties.headers, "types", {}) or {})
+        headers["x-delivery-count"] = count
+        headers.types["x-delivery-count"] = "long"
+        copy._set_properties(replace(base.properties, headers=headers))
+        copy.routing_keys = base.routing_keys
+        copy.bcc = base.bcc
+        copy.ttl = base.ttl
+        copy.history = base.history
+        copy.origin = base
+        return copy
+
+
+def _element_type(array, index: int) -> str:
+    types = getattr(array, "types", None) or []
+    return types[index] if index < len(types) else "longstr"
+
 
 class Entry:
     """One message's place in one queue; the same message routed to several
     queues gets an entry in each, with its own redelivered flag."""
 
-    __slots__ = ("seq", "message", "redelivered", "delivery_count")
+    __slots__ = ("seq", "message", "redelivered", "delivery_count", "deadline", "returns")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq
         self.message = message
         self.redelivered = False
         self.delivery_count = 0
+        self.deadline: float | None = None  # wall-clock ms, None = never expires
+        self.returns = 0  # quorum queues: times it came back unsuccessfully

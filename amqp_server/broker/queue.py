@@ -1,20 +1,41 @@
-"""A queue: ready messages in order, consumers served round robin.
+"""A queue: ready messages in order, consumers served round robin, and the
+rules that make messages leave without being consumed (TTL, length limits,
+delivery limits).
 
 Delivery order follows RabbitMQ's classic queue: messages leave in publish
 order, a requeued message goes back to the position it came from (ordered by
 its per-queue sequence number), and consumers with spare prefetch take turns.
+A quorum queue puts returned messages at the head instead and counts the
+returns, as rabbit_fifo does.
+
+What happens to a message that dies is decided in `dlx/`; the queue only
+says which messages died and why, through `dead_letter_sink`.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import deque
+from collections import Counter, deque
 from operator import attrgetter
+from typing import Callable
+
+from dlx import limits
+from dlx.expiry import deadline as message_deadline
+from policies.effective import QueueSettings, resolve
 
 from ..wire.table import FieldTable
 from .message import Entry, Message
+from .timers import Timers, now_ms
 
 _SEQ = attrgetter("seq")
+
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+
+
+def _discard(queue: "Queue", messages: list[Message], reason: str) -> None:
+    """The sink of a queue not in a virtual host: deaths are only counted."""
+    queue.stats["dropped"][("no_dlx", reason)] += len(messages)
 
 
 class Queue:
@@ -22,7 +43,8 @@ class Queue:
 
     def __init__(self, vhost: str, name: str, durable: bool = False,
                  exclusive_owner: object | None = None, auto_delete: bool = False,
-                 arguments: FieldTable | None = None) -> None:
+                 arguments: FieldTable | None = None,
+                 settings: QueueSettings | None = None, timers: Timers | None = None) -> None:
         self.vhost = vhost
         self.name = name
         self.durable = durable
@@ -30,6 +52,7 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = arguments or FieldTable()
         self.ready: deque[Entry] = deque()
+        self.ready_bytes = 0
         self.consumers: deque = deque()
         self.exclusive_consumer = None
         self.had_consumers = False
@@ -41,6 +64,28 @@ class Queue:
         self.published = 0
         self.delivered = 0
         self.acked = 0
+        self.stats = {"dead_lettered": Counter(), "dropped": Counter(), "expired": 0,
+                      "rejected_publishes": 0}
+        self.dead_letter_sink: Callable[[Queue, list[Message], str], None] = _discard
+        self.timers = timers or Timers()
+        self._timer = None
+        self._timer_at: float | None = None
+        # Quorum at-least-once: (message, reason) not yet accepted by a target.
+        self.dlx_pending: list[tuple[Message, str]] = []
+        self.apply_settings(settings or resolve(self.arguments))
+
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """Adopt new effective settings (declare, or a policy change)."""
+        self.settings = settings
+        self.is_quorum = settings.is_quorum
+        # A plain queue skips every per-message rule on its hot path.
+        self.plain = not (settings.message_ttl is not None or settings.has_length_limit
+                          or settings.is_quorum)
+        self.saw_message_ttl = False
+        if settings.has_length_limit and settings.overflow == limits.DROP_HEAD:
+            self._drop_head()
+
+    # ---- state ---------------------------------------------------------
 
     @property
     def exclusive(self) -> bool:
@@ -54,16 +99,76 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
-    def enqueue(self, message: Message) -> None:
+    # ---- arriving ------------------------------------------------------
+
+    def enqueue(self, message: Message) -> str:
+        """Take a routed message; returns ACCEPTED or REJECTED (overflow)."""
+        if self.plain and message.ttl is None:
+            entry = Entry(self.next_seq, message)
+            self.next_seq += 1
+            self.published += 1
+            self.ready.append(entry)
+            self.ready_bytes += len(message.body)
+            if self.consumers:
+                self.dispatch()
+            return ACCEPTED
+        return self._enqueue_checked(message)
+
+    def _enqueue_checked(self, message: Message) -> str:
+        settings = self.settings
+        if settings.has_length_limit:
+            verdict = limits.publish_verdict(
+                settings.overflow, len(self.ready) + len(self.dlx_pending), self.ready_bytes,
+                len(message.body), settings.max_length, settings.max_length_bytes)
+            if verdict != limits.ACCEPT:
+                self.stats["rejected_publishes"] += 1
+                if verdict == limits.REJECT_DLX:
+                    self.dead_letter_sink(self, [message], "maxlen")
+                return REJECTED
+        now = now_ms()
         entry = Entry(self.next_seq, message)
+        entry.deadline = message_deadline(now, settings.message_ttl, message.ttl)
+        if message.ttl is not None:
+            self.saw_message_ttl = True
         self.next_seq += 1
         self.published += 1
+        was_empty = not self.ready
         self.ready.append(entry)
-        if self.consumers:
-            self.dispatch()
+        self.ready_bytes += len(message.body)
+        if self.consumers and was_empty:
+            # A consumer waiting for it gets it even with a TTL of 0
+            # (RabbitMQ's attempt_delivery comes before any expiry check).
+            self._dispatch()
+        if settings.has_length_limit and settings.overflow == limits.DROP_HEAD:
+            self._drop_head()
+        if self.ready and self.ready[0].deadline is not None:
+            self.expire(now)
+        return ACCEPTED
+
+    def _drop_head(self) -> None:
+        settings = self.settings
+        dropped = []
+        while self.ready and limits.over_limit(
+                len(self.ready) + len(self.dlx_pending), self.ready_bytes,
+                settings.max_length, settings.max_length_bytes):
+            dropped.append(self._pop().message)
+        if dropped:
+            self.dead_letter_sink(self, dropped, "maxlen")
+
+    def _pop(self) -> Entry:
+        entry = self.ready.popleft()
+        self.ready_bytes -= len(entry.message.body)
+        return entry
+
+    # ---- leaving -------------------------------------------------------
 
     def dispatch(self) -> None:
         """Hand ready messages to consumers that have room, in turn."""
+        if not self.plain or self.saw_message_ttl:
+            self.expire(now_ms())
+        self._dispatch()
+
+    def _dispatch(self) -> None:
         ready = self.ready
         consumers = self.consumers
         misses = 0
@@ -72,6 +177,7 @@ class Queue:
             consumers.rotate(-1)
             if consumer.can_take():
                 entry = ready.popleft()
+                self.ready_bytes -= len(entry.message.body)
                 self.unacked += 1
                 self.delivered += 1
                 entry.delivery_count += 1
@@ -82,9 +188,11 @@ class Queue:
 
     def take_one(self) -> Entry | None:
         """basic.get: the head message, counted as delivered."""
+        if not self.plain or self.saw_message_ttl:
+            self.expire(now_ms())
         if not self.ready:
             return None
-        entry = self.ready.popleft()
+        entry = self._pop()
         self.unacked += 1
         self.delivered += 1
         entry.delivery_count += 1
@@ -95,27 +203,140 @@ class Queue:
         self.unacked -= count
         self.acked += count
 
+    def reject(self, entries: list[Entry]) -> None:
+        """Delivered messages rejected without requeue: they die 'rejected'."""
+        self.settle(len(entries))
+        self.dead_letter_sink(self, [entry.message for entry in entries], "rejected")
+
     def requeue(self, entries: list[Entry]) -> None:
-        """Return delivered messages to their original positions."""
+        """Delivered messages come back (nack/reject with requeue, recover,
+        channel closed).  A quorum queue counts each return and dead-letters
+        a message past its delivery limit."""
         if not entries:
             return
-        entries = sorted(entries, key=_SEQ)
         self.unacked -= len(entries)
-        ready = self.ready
-        for entry in entries:
-            entry.redelivered = True
-        if not ready or entries[-1].seq < ready[0].seq:
-            ready.extendleft(reversed(entries))
-        else:
+        if self.is_quorum:
+            entries = self._count_returns(entries)
+            if not entries:
+                return
             for entry in entries:
-                ready.insert(bisect.bisect_left(ready, entry.seq, key=_SEQ), entry)
+                entry.redelivered = True
+                self.ready_bytes += len(entry.message.body)
+            self.ready.extendleft(reversed(entries))
+        else:
+            entries = sorted(entries, key=_SEQ)
+            ready = self.ready
+            for entry in entries:
+                entry.redelivered = True
+                self.ready_bytes += len(entry.message.body)
+            if not ready or entries[-1].seq < ready[0].seq:
+                ready.extendleft(reversed(entries))
+            else:
+                for entry in entries:
+                    ready.insert(bisect.bisect_left(ready, entry.seq, key=_SEQ), entry)
+        if self.settings.has_length_limit and self.settings.overflow == limits.DROP_HEAD:
+            self._drop_head()
         if self.consumers:
             self.dispatch()
+
+    def _count_returns(self, entries: list[Entry]) -> list[Entry]:
+        limit = self.settings.delivery_limit
+        back, dead = [], []
+        for entry in entries:
+            entry.returns += 1
+            if limits.past_delivery_limit(entry.returns, limit):
+                dead.append(entry.message)
+            else:
+                entry.message = entry.message.with_delivery_count(entry.returns)
+                back.append(entry)
+        if dead:
+            self.dead_letter_sink(self, dead, "delivery_limit")
+        return back
+
+    # ---- expiry --------------------------------------------------------
+
+    def expire(self, now: float) -> int:
+        """Dead-letter expired messages at the head; arm a timer for the next
+        deadline there."""
+        ready = self.ready
+        expired = []
+        while ready:
+            deadline = ready[0].deadline
+            if deadline is None or now < deadline:
+                break
+            expired.append(self._pop().message)
+        if expired:
+            self._died_expired(expired)
+        self._arm_timer()
+        return len(expired)
+
+    def sweep(self, now: float) -> int:
+        """The reaper's pass: expired messages anywhere in the queue go, not
+        only at the head (RabbitMQ waits for them to reach the head)."""
+        count = self.expire(now)
+        if not self.saw_message_ttl or not self.ready:
+            return count
+        expired = [e for e in self.ready if e.deadline is not None and now >= e.deadline]
+        if expired:
+            gone = {id(e) for e in expired}
+            self.ready = deque(e for e in self.ready if id(e) not in gone)
+            self.ready_bytes -= sum(len(e.message.body) for e in expired)
+            self._died_expired([e.message for e in expired])
+        if self.dlx_pending:
+            self.retry_dead_letters()
+        return count + len(expired)
+
+    def _died_expired(self, messages: list[Message]) -> None:
+        self.stats["expired"] += len(messages)
+        self.dead_letter_sink(self, messages, "expired")
+
+    def _arm_timer(self) -> None:
+        if not self.ready or self.deleted:
+            return
+        deadline = self.ready[0].deadline
+        if deadline is None or (self._timer_at is not None and self._timer_at <= deadline):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = self.timers.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if not self.deleted:
+            self.expire(now_ms())
+
+    # ---- at-least-once dead-lettering ----------------------------------
+
+    def hold_dead_letter(self, message: Message, reason: str) -> None:
+        """A dead letter no target accepted yet stays here (3.13 quorum
+        at-least-once) and counts toward the length limit."""
+        self.dlx_pending.append((message, reason))
+
+    def retry_dead_letters(self) -> None:
+        pending, self.dlx_pending = self.dlx_pending, []
+        by_reason: dict[str, list[Message]] = {}
+        for message, reason in pending:
+            by_reason.setdefault(reason, []).append(message)
+        for reason, messages in by_reason.items():
+            self.dead_letter_sink(self, messages, reason)
+
+    # ---- management ----------------------------------------------------
 
     def purge(self) -> int:
         count = len(self.ready)
         self.ready.clear()
+        self.ready_bytes = 0
         return count
+
+    def close(self) -> None:
+        """Deleted: stop timers.  Its messages are not dead-lettered."""
+        self.deleted = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.dlx_pending.clear()
 
     def add_consumer(self, consumer, exclusive: bool) -> None:
         self.consumers.append(consumer)

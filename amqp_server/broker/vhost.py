@@ -8,7 +8,13 @@ because clients and their users match on it.
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import time
+
+from dlx.dead_letter import CYCLE, DLX_MISSING, NO_ROUTE, Drop, dead_letter, split_cycles
+from policies.effective import resolve
+from policies.registry import ArgumentError, validate_queue_arguments
 
 from ..errors import (
     access_refused,
@@ -19,7 +25,11 @@ from ..errors import (
 )
 from ..wire.table import FieldTable, typed_value
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
-from .queue import Queue
+from .message import Message
+from .queue import REJECTED, Queue
+from .timers import Timers
+
+log = logging.getLogger("amqp_server.dlx")
 
 # rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
 # compared when a queue is declared again.
@@ -98,8 +108,10 @@ def assert_args_equivalent(current: FieldTable, requested: FieldTable,
 
 
 class VirtualHost:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, timers: Timers | None = None) -> None:
         self.name = name
+        self.timers = timers or Timers()
+        self._logged_cycles: set[tuple[str, ...]] = set()
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
         for xname, xtype in STANDARD_EXCHANGES:
@@ -228,8 +240,21 @@ class VirtualHost:
             return existing
         if name.startswith("amq.") and not generated:
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        what = resource_name("queue", name, self.name)
+        try:
+            queue_type = validate_queue_arguments(arguments)
+        except ArgumentError as error:
+            raise precondition_failed(error.message(what)) from None
+        if queue_type == "quorum":
+            # rabbit_queue_type_util checks, in RabbitMQ's order.
+            for refused, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
+                                  (not durable, "non-durable")):
+                if refused:
+                    raise precondition_failed(f"invalid property '{prop}' for {what}")
         queue = Queue(self.name, name, durable and not exclusive,
-                      owner if exclusive else None, auto_delete, arguments)
+                      owner if exclusive else None, auto_delete, arguments,
+                      resolve(arguments), self.timers)
+        queue.dead_letter_sink = self.dead_letter
         self.queues[name] = queue
         return queue
 
@@ -247,7 +272,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
-        queue.deleted = True
+        queue.close()
         count = queue.purge()
         for binding in list(queue.bindings.values()):
             self._drop_binding(binding)
@@ -311,3 +336,60 @@ class VirtualHost:
                     pending.append((dest, dest.match(routing_keys, message)))
         return list(queues)
 
+
+    # ---- dead-lettering ------------------------------------------------
+
+    def dead_letter(self, queue: Queue, messages: list[Message], reason: str) -> None:
+        """Republish messages that died in `queue` to its dead-letter
+        exchange, or count why they went nowhere (rabbit_dead_letter:publish)."""
+        settings = queue.settings
+        stats = queue.stats
+        now = int(time.time())
+        for message in messages:
+            message = message.origin or message
+            plan = dead_letter(message.letter(), queue.name, reason,
+                               settings.dead_letter_exchange, settings.dead_letter_routing_key,
+                               now)
+            if isinstance(plan, Drop):
+                stats["dropped"][(plan.cause, reason)] += 1
+                continue
+            cause = self._republish(queue, message, plan, reason)
+            if cause is None:
+                stats["dead_lettered"][reason] += 1
+            elif settings.at_least_once and cause != CYCLE:
+                # Kept until a target takes it; the reaper retries.
+                queue.hold_dead_letter(message, reason)
+            else:
+                stats["dropped"][(cause, reason)] += 1
+
+    def _republish(self, queue: Queue, message: Message, plan, reason: str) -> str | None:
+        exchange = self.exchanges.get(plan.exchange)
+        if exchange is None:
+            return DLX_MISSING
+        copy = message.dead_lettered(plan)
+        routed = self.route(exchange, list(copy.routing_keys), copy)
+        if not routed:
+            return NO_ROUTE
+        keep, cycling = split_cycles(reason, plan.history, [q.name for q in routed])
+        if cycling:
+            self._log_cycle(cycling, plan.history.queue_names())
+        if not keep:
+            return CYCLE
+        kept = set(keep)
+        accepted = False
+        for target in routed:
+            if target.name in kept and target.enqueue(copy) != REJECTED:
+                accepted = True
+        return None if accepted or not queue.settings.at_least_once else NO_ROUTE
+
+    def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
+        for name in cycling:
+            cycle = (name, *history)
+            if cycle not in self._logged_cycles:
+                if len(self._logged_cycles) > 10_000:
+                    self._logged_cycles.clear()  # bounded, like RabbitMQ's hash
+                self._logged_cycles.add(cycle)
+                log.warning(
+                    "Message dropped because the following list of queues (ordered by "
+                    "death recency) contains a dead letter cycle without reason "
+                    "'rejected'. This list will not be logged again: %s", list(cycle))

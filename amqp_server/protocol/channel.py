@@ -13,7 +13,8 @@ import struct
 
 from pamqp import commands as spec
 
-from ..broker.message import Message
+from ..broker.message import InvalidMessage, Message
+from ..broker.queue import REJECTED
 from ..broker.vhost import server_generated_name
 from ..errors import (
     AMQPError,
@@ -53,6 +54,7 @@ class Channel:
         self.publish_seq = 0
         self.confirmed_upto = 0
         self._confirm_pending = False
+        self._nacks: list[int] = []  # publish seqs a full queue refused
         self.tx: list | None = None
         self.last_queue = ""
         # content being assembled: (exchange, routing key, route bytes, mandatory)
@@ -98,13 +100,26 @@ class Channel:
                 and self.conn.can_write())
 
     def flush_confirms(self) -> None:
-        """Acknowledge every publish handled so far in one basic.ack."""
+        """Confirm every publish handled so far: one basic.ack for each run
+        of accepted publishes, a basic.nack for each refused one."""
         self._confirm_pending = False
         upto = self.publish_seq
-        if upto > self.confirmed_upto and not self.closing:
-            multiple = upto - self.confirmed_upto > 1
-            self.confirmed_upto = upto
-            self.conn.write(frames.ack_frame(self.number, upto, multiple))
+        if upto <= self.confirmed_upto or self.closing:
+            return
+        if self._nacks:
+            nacks, self._nacks = self._nacks, []
+            for seq in nacks:
+                if seq - 1 > self.confirmed_upto:
+                    self._write_ack(seq - 1)
+                self.conn.write(frames.nack_frame(self.number, seq, False))
+                self.confirmed_upto = seq
+        if upto > self.confirmed_upto:
+            self._write_ack(upto)
+
+    def _write_ack(self, upto: int) -> None:
+        multiple = upto - self.confirmed_upto > 1
+        self.confirmed_upto = upto
+        self.conn.write(frames.ack_frame(self.number, upto, multiple))
 
     # ---- method dispatch -----------------------------------------------
 
@@ -170,6 +185,7 @@ class Channel:
         message = Message(exchange, routing_key, route, header, body)
         if self.tx is not None:
             self._exchange_for_publish(exchange)
+            self._inspect(message)
             self.tx.append(("publish", message, mandatory))
         else:
             self.publish(message, mandatory)
@@ -183,18 +199,30 @@ class Channel:
                 f"cannot publish to internal {resource_name('exchange', name, self.vhost.name)}")
         return exchange
 
+    @staticmethod
+    def _inspect(message: Message) -> None:
+        try:
+            message.inspect()
+        except InvalidMessage as exc:
+            raise precondition_failed(str(exc)) from None
+
     def publish(self, message: Message, mandatory: bool) -> None:
         exchange = self._exchange_for_publish(message.exchange)
-        queues = self.vhost.route(exchange, [message.routing_key], message)
+        self._inspect(message)
+        queues = self.vhost.route(exchange, message.routing_keys, message)
+        refused = False
         if queues:
             for queue in queues:
-                queue.enqueue(message)
+                if queue.enqueue(message) is REJECTED:
+                    refused = True
         elif mandatory:
             self.conn.write(frames.basic_return(
                 self.number, NO_ROUTE, "NO_ROUTE", message.route, message.header,
                 message.body, self.conn.frame_max))
         if self.confirm:
             self.publish_seq += 1
+            if refused:
+                self._nacks.append(self.publish_seq)
             if not self._confirm_pending:
                 self._confirm_pending = True
                 self.conn.confirms_due(self)
@@ -369,13 +397,18 @@ class Channel:
         self._after_release(set(by_queue))
 
     def _discard(self, taken: list[tuple[int, tuple]]) -> None:
-        touched = set()
+        """Rejected without requeue: the messages die with reason 'rejected'."""
+        by_queue: dict = {}
         for _, (queue, entry, consumer) in taken:
             if consumer is not None:
                 consumer.unacked -= 1
-            queue.settle()
-            touched.add(queue)
-        self._after_release(touched)
+            by_queue.setdefault(queue, []).append(entry)
+        for queue, entries in by_queue.items():
+            if queue.deleted:
+                queue.settle(len(entries))
+            else:
+                queue.reject(entries)
+        self._after_release(set(by_queue))
 
     def _basic_recover_async(self, method) -> None:
         if not method.requeue:

@@ -1,0 +1,60 @@
+"""Message TTL: parsing the `expiration` property and computing deadlines.
+
+A message's deadline is its enqueue time plus the lower of the queue's
+message TTL and its own expiration (RabbitMQ applies whichever is lower).
+A message is expired once the clock reaches its deadline, so a TTL of 0
+expires at once unless a consumer takes the message on arrival.
+"""
+
+from __future__ import annotations
+
+# rabbit_misc:check_expiry/1: ten years in milliseconds.
+MAX_EXPIRY_MS = 315_360_000_000
+
+
+class ExpirationError(ValueError):
+    """An `expiration` property RabbitMQ refuses; str() is its error term."""
+
+
+def parse_expiration(value: str) -> int:
+    """Milliseconds from an `expiration` property, or ExpirationError with
+    the term RabbitMQ prints ("invalid expiration '...': <term>")."""
+    text = value.strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    count = len(digits) - len(digits.lstrip("0123456789"))
+    if count == 0:
+        raise ExpirationError("no_integer")
+    number = int(text[: len(text) - len(digits) + count])
+    rest = digits[count:]
+    if rest:
+        raise ExpirationError(f'{{leftover_string,"{rest}"}}')
+    check = expiry_error(number)
+    if check:
+        raise ExpirationError(check)
+    return number
+
+
+def expiry_error(milliseconds: int) -> str | None:
+    """RabbitMQ's check_expiry/1 result as printed, or None when valid."""
+    if milliseconds < 0:
+        return f"{{value_negative,{milliseconds}}}"
+    if milliseconds > MAX_EXPIRY_MS:
+        return f"{{value_too_large,{milliseconds}}}"
+    return None
+
+
+def effective_ttl(queue_ttl: int | None, message_ttl: int | None) -> int | None:
+    if queue_ttl is None:
+        return message_ttl
+    if message_ttl is None:
+        return queue_ttl
+    return min(queue_ttl, message_ttl)
+
+
+def deadline(enqueued_ms: float, queue_ttl: int | None, message_ttl: int | None) -> float | None:
+    ttl = effective_ttl(queue_ttl, message_ttl)
+    return None if ttl is None else enqueued_ms + ttl
+
+
+def is_expired(deadline_ms: float | None, now_ms: float) -> bool:
+    return deadline_ms is not None and now_ms >= deadline_ms

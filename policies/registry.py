@@ -1,0 +1,205 @@
+"""Every queue setting, declared once: its policy key, its queue argument,
+how a value is checked, and how an argument and a policy value merge.
+
+The checks return RabbitMQ's error term as RabbitMQ prints it ("invalid arg
+'x-message-ttl' for queue 'q' in vhost '/': {value_negative,-1}"), because
+users search for those strings.  Sources: rabbit_amqqueue:declare_args/0 and
+the validators under it, rabbit_policies.erl for the merge rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from amqp_server.wire.table import FieldTable, typed_value
+from dlx.expiry import expiry_error
+from dlx.limits import OVERFLOW_MODES
+
+INTEGER_TYPES = frozenset({"byte", "short", "signedint", "long", "unsignedbyte",
+                           "unsignedshort", "unsignedint"})
+
+ARGUMENT_WINS = "argument"  # rabbit_policies: queueArgHasPrecedence
+SMALLER_WINS = "min"        # numeric limits: the lower of the two applies
+
+Check = Callable[[tuple[str, object], FieldTable], "str | None"]
+
+
+def check_int(typed: tuple[str, object], _args: FieldTable) -> str | None:
+    kind, _ = typed
+    if kind not in INTEGER_TYPES:
+        # rabbit_misc:format/2 returns a string, printed with ~p: quoted.
+        return f'"expected integer, got {kind}"'
+    return None
+
+
+def check_non_neg_int(typed, args) -> str | None:
+    error = check_int(typed, args)
+    if error is None and typed[1] < 0:
+        return f"{{value_negative,{typed[1]}}}"
+    return error
+
+
+def check_expiry(typed, args) -> str | None:
+    return check_int(typed, args) or expiry_error(typed[1])
+
+
+def check_expires(typed, args) -> str | None:
+    error = check_int(typed, args)
+    if error is None and typed[1] == 0:
+        return "{value_zero,0}"
+    return error or expiry_error(typed[1])
+
+
+def _one_of(values: tuple[str, ...], bad: str) -> Check:
+    def check(typed, _args) -> str | None:
+        kind, value = typed
+        if kind != "longstr":
+            return f"{{unacceptable_type,{kind}}}"
+        return None if _text(value) in values else bad
+    return check
+
+
+def check_string(typed, _args) -> str | None:
+    kind, _ = typed
+    return None if kind == "longstr" else f"{{unacceptable_type,{kind}}}"
+
+
+def check_dlx_routing_key(typed, args) -> str | None:
+    error = check_string(typed, args)
+    if error is None and "x-dead-letter-exchange" not in args:
+        return "routing_key_but_no_dlx_defined"
+    return error
+
+
+def check_queue_type(typed, _args) -> str | None:
+    kind, value = typed
+    if kind != "longstr":
+        return f"{{unacceptable_type,{kind}}}"
+    if _text(value) not in QUEUE_TYPES:
+        return f"\"unsupported queue type '{_text(value)}'\""
+    return None
+
+
+def check_bool(typed, _args) -> str | None:
+    kind, _ = typed
+    return None if kind == "bool" else f"{{unacceptable_type,{kind}}}"
+
+
+def check_delivery_limit(typed, args) -> str | None:
+    # 3.13 stores x-delivery-limit unchecked and fails later; we refuse
+    # what it could never use.
+    return check_non_neg_int(typed, args)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str                 # policy definition key
+    argument: str | None     # queue argument, None if policy-only
+    check: Check
+    merge: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("dead-letter-exchange", "x-dead-letter-exchange", check_string, ARGUMENT_WINS),
+    Setting("dead-letter-routing-key", "x-dead-letter-routing-key", check_dlx_routing_key,
+            ARGUMENT_WINS),
+    Setting("dead-letter-strategy", "x-dead-letter-strategy",
+            _one_of(("at-most-once", "at-least-once"), "invalid_dlx_strategy"), ARGUMENT_WINS),
+    Setting("overflow", "x-overflow", _one_of(OVERFLOW_MODES, "invalid_overflow"),
+            ARGUMENT_WINS),
+    Setting("message-ttl", "x-message-ttl", check_expiry, SMALLER_WINS),
+    Setting("expires", "x-expires", check_expires, SMALLER_WINS),
+    Setting("max-length", "x-max-length", check_non_neg_int, SMALLER_WINS),
+    Setting("max-length-bytes", "x-max-length-bytes", check_non_neg_int, SMALLER_WINS),
+    Setting("delivery-limit", "x-delivery-limit", check_delivery_limit, SMALLER_WINS),
+)
+BY_ARGUMENT = {s.argument: s for s in SETTINGS if s.argument}
+BY_KEY = {s.key: s for s in SETTINGS}
+
+# Arguments RabbitMQ validates that are not dead-letter settings.
+OTHER_ARGUMENT_CHECKS: dict[str, Check] = {
+    "x-queue-type": check_queue_type,
+    "x-max-priority": check_non_neg_int,
+    "x-single-active-consumer": check_bool,
+    "x-max-in-memory-length": check_non_neg_int,
+    "x-max-in-memory-bytes": check_non_neg_int,
+}
+
+# rabbit_classic_queue / rabbit_quorum_queue capabilities(): the arguments
+# each queue type accepts; a known argument of another type is refused.
+QUEUE_TYPES = {
+    "classic": ("rabbit_classic_queue", frozenset({
+        "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+        "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+        "x-queue-version", "x-single-active-consumer", "x-queue-type",
+        "x-queue-master-locator"})),
+    "quorum": ("rabbit_quorum_queue", frozenset({
+        "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
+        "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+        "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
+        "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
+        "x-queue-leader-locator"})),
+}
+ALL_QUEUE_ARGUMENTS = frozenset().union(*(args for _, args in QUEUE_TYPES.values()))
+
+
+class ArgumentError(ValueError):
+    """A queue argument RabbitMQ would refuse; `text` completes its message."""
+
+    def __init__(self, argument: str, detail: str, queue_type: str | None = None) -> None:
+        super().__init__(argument, detail, queue_type)
+        self.argument = argument
+        self.detail = detail
+        self.queue_type = queue_type  # set when the type does not take the argument
+
+    def message(self, what: str) -> str:
+        if self.queue_type is not None:
+            return f"invalid arg '{self.argument}' for {what} of queue type {self.queue_type}"
+        return f"invalid arg '{self.argument}' for {what}: {self.detail}"
+
+
+# rabbit_amqqueue:declare_args/0 order: the first failing check is reported.
+DECLARE_ORDER = (
+    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+    "x-dead-letter-strategy", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+    "x-max-in-memory-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
+    "x-single-active-consumer", "x-queue-type", "x-delivery-limit",
+)
+
+
+def _declare_order(name: str) -> int:
+    return DECLARE_ORDER.index(name) if name in DECLARE_ORDER else len(DECLARE_ORDER)
+
+
+def queue_type_of(arguments: FieldTable) -> str:
+    value = arguments.get("x-queue-type")
+    return _text(value) if value is not None else "classic"
+
+
+def validate_queue_arguments(arguments: FieldTable) -> str:
+    """Check arguments the way rabbit_amqqueue:check_declare_arguments does;
+    returns the queue type or raises ArgumentError."""
+    typed = typed_value(arguments, "x-queue-type")
+    if typed is not None:
+        error = check_queue_type(typed, arguments)
+        if error:
+            raise ArgumentError("x-queue-type", error)
+    queue_type = queue_type_of(arguments)
+    module, accepted = QUEUE_TYPES[queue_type]
+    for name in sorted(arguments, key=_declare_order):
+        if name in accepted:
+            setting = BY_ARGUMENT.get(name)
+            check = setting.check if setting else OTHER_ARGUMENT_CHECKS.get(name)
+            if check is not None:
+                error = check(typed_value(arguments, name), arguments)
+                if error:
+                    raise ArgumentError(name, error)
+    for name in arguments:
+        if name in ALL_QUEUE_ARGUMENTS and name not in accepted:
+            raise ArgumentError(name, "", module)
+    return queue_type
