@@ -366,3 +366,47 @@ def test_quorum_delivery_limit(broker, rabbitmq_url):
     seen = same(broker, rabbitmq_url, scenario)
     assert seen[0] == [(False, None), (True, 1)]
     assert seen[1]["headers"]["x-death"][1][0][1]["reason"] == ("longstr", "delivery_limit")
+
+
+# ---- refusals ------------------------------------------------------------------
+
+BAD_DECLARES = [
+    dict(arguments={"x-message-ttl": -1}),
+    dict(arguments={"x-message-ttl": "5"}),
+    dict(arguments={"x-expires": 0}),
+    dict(arguments={"x-max-length": True}),
+    dict(arguments={"x-overflow": "sideways"}),
+    dict(arguments={"x-dead-letter-routing-key": "k"}),
+    dict(arguments={"x-dead-letter-exchange": 5}),
+    dict(arguments={"x-queue-type": "lazy"}),
+    dict(arguments={"x-delivery-limit": 3}),
+    dict(arguments={"x-queue-type": "quorum"}),
+    dict(durable=True, arguments={"x-queue-type": "quorum", "x-max-priority": 3}),
+    dict(durable=True, exclusive=True, arguments={"x-queue-type": "quorum"}),
+    dict(durable=True, auto_delete=True, arguments={"x-queue-type": "quorum"}),
+]
+
+
+def test_bad_arguments_and_expirations_get_rabbitmq_errors(broker, rabbitmq_url):
+    def scenario(s: Scenario):
+        seen = []
+        for n, declare in enumerate(BAD_DECLARES):
+            channel = s.conn.channel()
+            try:
+                channel.queue_declare(s.name(f"bad{n}"), **declare)
+                seen.append("declared")
+                s.queues.append(s.name(f"bad{n}"))
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                seen.append((exc.reply_code, exc.reply_text.replace(s.prefix, "<p>")))
+        target = s.queue("e")
+        for expiration in ("soon", "-5", "10s", "", "315360000001"):
+            channel = s.conn.channel()
+            try:
+                channel.basic_publish("", target, b"x", pika.BasicProperties(expiration=expiration))
+                channel.queue_declare(target, passive=True)
+                seen.append("published")
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                seen.append((exc.reply_code, exc.reply_text))
+        return seen
+    seen = same(broker, rabbitmq_url, scenario)
+    assert "declared" not in seen and "published" not in seen

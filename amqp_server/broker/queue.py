@@ -72,6 +72,10 @@ class Queue:
         self._timer_at: float | None = None
         # Quorum at-least-once: (message, reason) not yet accepted by a target.
         self.dlx_pending: list[tuple[Message, str]] = []
+        # x-expires: the virtual host deletes a queue unused for that long.
+        self.on_unused: Callable[[Queue], None] | None = None
+        self.last_used = now_ms()
+        self._expiry_timer = None
         self.apply_settings(settings or resolve(self.arguments))
 
     def apply_settings(self, settings: QueueSettings) -> None:
@@ -188,6 +192,8 @@ class Queue:
 
     def take_one(self) -> Entry | None:
         """basic.get: the head message, counted as delivered."""
+        if self.settings.expires is not None:
+            self.touch()
         if not self.plain or self.saw_message_ttl:
             self.expire(now_ms())
         if not self.ready:
@@ -274,6 +280,8 @@ class Queue:
         """The reaper's pass: expired messages anywhere in the queue go, not
         only at the head (RabbitMQ waits for them to reach the head)."""
         count = self.expire(now)
+        if self.dlx_pending:
+            self.retry_dead_letters()
         if not self.saw_message_ttl or not self.ready:
             return count
         expired = [e for e in self.ready if e.deadline is not None and now >= e.deadline]
@@ -282,8 +290,6 @@ class Queue:
             self.ready = deque(e for e in self.ready if id(e) not in gone)
             self.ready_bytes -= sum(len(e.message.body) for e in expired)
             self._died_expired([e.message for e in expired])
-        if self.dlx_pending:
-            self.retry_dead_letters()
         return count + len(expired)
 
     def _died_expired(self, messages: list[Message]) -> None:
@@ -306,6 +312,29 @@ class Queue:
         self._timer_at = None
         if not self.deleted:
             self.expire(now_ms())
+
+    # ---- x-expires -----------------------------------------------------
+
+    def touch(self) -> None:
+        """Declared, consumed from or got from: the queue is in use
+        (rabbit_amqqueue_process: ensure_expiry_timer)."""
+        self.last_used = now_ms()
+        expires = self.settings.expires
+        if expires is not None and not self.consumers and self._expiry_timer is None:
+            self._expiry_timer = self.timers.call_at(self.last_used + expires,
+                                                     self._check_unused)
+
+    def _check_unused(self) -> None:
+        self._expiry_timer = None
+        expires = self.settings.expires
+        if self.deleted or expires is None or self.consumers:
+            return
+        due = self.last_used + expires
+        if now_ms() >= due:
+            if self.on_unused is not None:
+                self.on_unused(self)  # deleted; its messages are not dead-lettered
+        else:
+            self._expiry_timer = self.timers.call_at(due, self._check_unused)
 
     # ---- at-least-once dead-lettering ----------------------------------
 
@@ -333,9 +362,10 @@ class Queue:
     def close(self) -> None:
         """Deleted: stop timers.  Its messages are not dead-lettered."""
         self.deleted = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._expiry_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._expiry_timer = None
         self.dlx_pending.clear()
 
     def add_consumer(self, consumer, exclusive: bool) -> None:
@@ -352,6 +382,8 @@ class Queue:
             return
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
+        if not self.consumers:
+            self.touch()
 
     @property
     def auto_delete_due(self) -> bool:

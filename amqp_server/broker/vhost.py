@@ -219,6 +219,7 @@ class VirtualHost:
         if passive:
             queue = self.queue(name)
             self.check_exclusive_access(queue, owner)
+            queue.touch()
             return queue
         generated = name == ""
         if generated:
@@ -237,10 +238,16 @@ class VirtualHost:
                         f"inequivalent arg '{field}' for {what}: "
                         f"received {_flag(new)} but current is {_flag(old)}")
             assert_args_equivalent(existing.arguments, arguments, QUEUE_EQUIVALENCE_ARGS, what)
+            existing.touch()
             return existing
         if name.startswith("amq.") and not generated:
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         what = resource_name("queue", name, self.name)
+        dlx = typed_value(arguments, "x-dead-letter-exchange")
+        if dlx is not None and dlx[0] != "longstr":
+            # rabbit_channel checks this before the queue type's validators.
+            raise precondition_failed(
+                f"invalid type '{dlx[0]}' for arg 'x-dead-letter-exchange' in {what}")
         try:
             queue_type = validate_queue_arguments(arguments)
         except ArgumentError as error:
@@ -255,7 +262,9 @@ class VirtualHost:
                       owner if exclusive else None, auto_delete, arguments,
                       resolve(arguments), self.timers)
         queue.dead_letter_sink = self.dead_letter
+        queue.on_unused = self.remove_queue
         self.queues[name] = queue
+        queue.touch()
         return queue
 
     def delete_queue(self, queue: Queue, if_unused: bool = False,
