@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from .scenarios import SCENARIOS
+from .registry import SCENARIOS
 
 
 def start_our_broker() -> tuple[subprocess.Popen, str]:
@@ -39,7 +39,9 @@ def run(url: str, names: list[str], scale: float, repeat: int) -> dict:
         for _ in range(repeat):
             result = SCENARIOS[name]["run"](url, scale)
             metric = SCENARIOS[name]["metric"]
-            if best is None or result[metric] > best[metric]:
+            lower = SCENARIOS[name].get("better") == "lower"
+            if best is None or (result[metric] < best[metric] if lower
+                                else result[metric] > best[metric]):
                 best = result
         results[name] = best
         print(f"  {name}: {json.dumps(best)}", file=sys.stderr, flush=True)
@@ -74,7 +76,7 @@ def main() -> int:
     time.sleep(0.5)
     print(f"reference: {args.compare}", file=sys.stderr)
     reference = run(args.compare, names, args.scale, args.repeat)
-    print("| scenario | metric | this broker | RabbitMQ | ratio |")
+    print("| scenario | metric | this broker | RabbitMQ | ratio (ours / RabbitMQ) |")
     print("|---|---|---:|---:|---:|")
     for name in names:
         metric = SCENARIOS[name]["metric"]

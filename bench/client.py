@@ -31,6 +31,7 @@ class BenchConnection(asyncio.Protocol):
         self.returns = 0
         self.acked_upto = 0
         self.ack_every = 0
+        self.reject = False  # settle with nack(multiple, requeue=false) instead of ack
         self.ack_channel = 1
         self.last_tag = 0
         self.on_delivery_count = None
@@ -80,11 +81,19 @@ class BenchConnection(asyncio.Protocol):
             self.deliveries += deliveries
             self.last_tag = last_tag
             if self.ack_every and last_tag - self.acked_upto >= self.ack_every:
-                self.acked_upto = last_tag
-                self.transport.write(frames.method_frame(
-                    self.ack_channel, make(spec.Basic.Ack, delivery_tag=last_tag, multiple=True)))
+                self.settle_pending()
             if self.on_delivery_count is not None:
                 self.on_delivery_count(self.deliveries)
+
+    def settle_pending(self) -> None:
+        """Ack (or nack) every delivery received so far with one frame."""
+        last_tag = self.last_tag
+        if last_tag <= self.acked_upto or self.transport is None:
+            return
+        self.acked_upto = last_tag
+        settle = (make(spec.Basic.Nack, delivery_tag=last_tag, multiple=True, requeue=False)
+                  if self.reject else make(spec.Basic.Ack, delivery_tag=last_tag, multiple=True))
+        self.transport.write(frames.method_frame(self.ack_channel, settle))
 
     # ---- helpers -------------------------------------------------------
 
@@ -135,11 +144,11 @@ async def connect(url: str) -> BenchConnection:
 
 
 def encoded_publish(channel: int, exchange: str, routing_key: str, body: bytes,
-                    count: int) -> bytes:
+                    count: int, properties: bytes = b"\x00\x00") -> bytes:
     """`count` publishes of the same message, encoded once."""
     one = (frames.method_frame(channel, make(spec.Basic.Publish, exchange=exchange,
                                              routing_key=routing_key))
            + frames.frame(frames.FRAME_HEADER, channel,
-                          frames.content_header(len(body), b"\x00\x00"))
+                          frames.content_header(len(body), properties))
            + frames.frame(frames.FRAME_BODY, channel, body))
     return one * count

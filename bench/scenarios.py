@@ -146,19 +146,3 @@ async def _many_connections(url: str, count: int) -> dict:
     return {"connections": len(conns), "open_seconds": round(opened, 3),
             "connections_per_s": round(len(conns) / opened),
             "round_trip_all_seconds": round(round_trip, 3)}
-
-
-SCENARIOS = {
-    "transient": dict(
-        run=lambda url, scale: publish_consume(url, int(200_000 * scale), 100, 1, 120),
-        metric="deliveries_per_s",
-        what="publish->consume, 100 B bodies, prefetch 1000, multiple acks"),
-    "fanout": dict(
-        run=lambda url, scale: publish_consume(url, int(20_000 * scale), 100, 10, 120),
-        metric="deliveries_per_s",
-        what="topic exchange to 10 queues, deliveries counted"),
-    "connections": dict(
-        run=lambda url, scale: _run(_many_connections(url, int(1000 * scale))),
-        metric="connections_per_s",
-        what="1000 connections opened, each with a channel and a round trip"),
-}

@@ -13,14 +13,21 @@ from dataclasses import dataclass
 
 from amqp_server.wire.table import FieldTable
 
-from .deaths import DeathHistory, is_cycle, record_death, render_headers
+from .deaths import (
+    DeathHistory,
+    is_cycle,
+    record_death,
+    render_headers,
+    without_death_headers,
+)
 
 # Why a message that died was not republished anywhere.
 NO_DLX = "no_dlx"            # the queue has no dead-letter exchange
 DLX_MISSING = "dlx_missing"  # it names an exchange that does not exist
 NO_ROUTE = "no_route"        # the exchange routed it to no queue
 CYCLE = "cycle"              # every queue it routed to would close a cycle
-DROP_CAUSES = (NO_DLX, DLX_MISSING, NO_ROUTE, CYCLE)
+TARGET_FULL = "target_full"  # every target queue refused it (reject-publish)
+DROP_CAUSES = (NO_DLX, DLX_MISSING, NO_ROUTE, CYCLE, TARGET_FULL)
 
 
 @dataclass(frozen=True)
@@ -39,11 +46,18 @@ class Letter:
 class Republish:
     exchange: str
     routing_keys: tuple[str, ...]
-    headers: FieldTable
+    # The publisher's headers as they stay (CC/BCC rules applied), without
+    # the death headers, which `history` renders.
+    base_headers: FieldTable
     history: DeathHistory
     # BCC keys still route (RabbitMQ keeps them in the routing keys) but are
     # never shown in x-death.
     bcc: tuple[str, ...] = ()
+
+    @property
+    def headers(self) -> FieldTable:
+        """The headers of the republished message."""
+        return render_headers(self.base_headers, self.history)
 
 
 @dataclass(frozen=True)
@@ -60,10 +74,7 @@ def dead_letter(letter: Letter, queue: str, reason: str, dlx: str | None,
     recorded = tuple(key for key in letter.routing_keys if key not in bcc)
     history = record_death(letter.history, queue, reason, letter.exchange, recorded,
                            letter.expiration, now_seconds)
-    headers = FieldTable()
-    if letter.headers:
-        headers.update(letter.headers)
-        headers.types.update(getattr(letter.headers, "types", {}))
+    headers = without_death_headers(letter.headers)
     headers.pop("BCC", None)
     if dlx_routing_key is not None:
         # The seed removes CC once the routing key is replaced (3.10 does;
@@ -74,7 +85,7 @@ def dead_letter(letter: Letter, queue: str, reason: str, dlx: str | None,
     else:
         keys = letter.routing_keys
         bcc_out = letter.bcc
-    return Republish(dlx, keys, render_headers(headers, history), history, bcc_out)
+    return Republish(dlx, keys, headers, history, bcc_out)
 
 
 def split_cycles(reason: str, history: DeathHistory,

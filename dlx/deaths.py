@@ -112,21 +112,42 @@ def death_table(death: Death) -> FieldTable:
     return table
 
 
-def render_headers(headers: FieldTable | None, history: DeathHistory) -> FieldTable:
-    """The message's headers with `x-death` and the death summaries set."""
+DEATH_HEADERS = ("x-death", "x-first-death-reason", "x-first-death-queue",
+                 "x-first-death-exchange", "x-last-death-reason", "x-last-death-queue",
+                 "x-last-death-exchange")
+
+
+def death_headers(history: DeathHistory) -> FieldTable:
+    """Only the headers the history renders: x-death and the summaries."""
     out = FieldTable()
-    if headers:
-        out.update(headers)
-        out.types.update(getattr(headers, "types", {}))
     array = FieldArray(death_table(death) for death in history.deaths)
     array.types = ["table"] * len(array)
     _set(out, "x-death", array, "array")
-    if history.first is not None:
-        for suffix, value in zip(("reason", "queue", "exchange"), history.first):
-            _set(out, f"x-first-death-{suffix}", value, "longstr")
-    if history.last is not None:
-        for suffix, value in zip(("reason", "queue", "exchange"), history.last):
-            _set(out, f"x-last-death-{suffix}", value, "longstr")
+    for prefix, triple in (("x-first-death", history.first), ("x-last-death", history.last)):
+        if triple is not None:
+            for suffix, value in zip(("reason", "queue", "exchange"), triple):
+                _set(out, f"{prefix}-{suffix}", value, "longstr")
+    return out
+
+
+def without_death_headers(headers: FieldTable | None) -> FieldTable:
+    out = FieldTable()
+    if headers:
+        types = getattr(headers, "types", {})
+        for key, value in headers.items():
+            if key not in DEATH_HEADERS:
+                out[key] = value
+                if key in types:
+                    out.types[key] = types[key]
+    return out
+
+
+def render_headers(headers: FieldTable | None, history: DeathHistory) -> FieldTable:
+    """The message's headers with `x-death` and the death summaries set."""
+    out = without_death_headers(headers)
+    rendered = death_headers(history)
+    out.update(rendered)
+    out.types.update(rendered.types)
     return out
 
 

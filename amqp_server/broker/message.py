@@ -11,21 +11,23 @@ publish only when the flags say there are headers (CC/BCC) or an expiration.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 
 from dlx.dead_letter import Letter, Republish
-from dlx.deaths import DeathHistory, history_from_headers
+from dlx.deaths import DeathHistory, death_headers, history_from_headers
 from dlx.expiry import parse_expiration
 
 from ..wire.frames import shortstr
 from ..wire.properties import Properties, decode_properties, encode_properties
-from ..wire.table import FieldTable
+from ..wire.table import FieldTable, encode_table_pairs
 
 # class id (2) + weight (2) + body size (8) precede the property flags.
 HEADER_PREFIX = 12
 _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
 _FLAG_EXPIRATION = 0x01   # high byte of the flags: bit 8
 ROUTING_HEADERS = ("CC", "BCC")
+_U32 = struct.Struct(">I")
 
 
 class InvalidMessage(ValueError):
@@ -132,10 +134,24 @@ class Message:
         key = plan.routing_keys[0]
         copy = Message(plan.exchange, key, shortstr(plan.exchange) + shortstr(key),
                        self.header, self.body)
-        copy._set_properties(replace(self.properties, headers=plan.headers, expiration=None))
+        pairs = encode_table_pairs(plan.base_headers) + _death_pairs(plan.history)
+        props = replace(self.properties, headers=None, expiration=None)
+        copy.header = self.header[:HEADER_PREFIX] + encode_properties(
+            props, _U32.pack(len(pairs)) + pairs)
         copy.routing_keys = plan.routing_keys
         copy.bcc = plan.bcc
         copy.history = plan.history
+        return copy
+
+    def with_body(self, body: bytes) -> "Message":
+        """Another message with this one's header and routing (one dead-letter
+        plan shared by identical messages)."""
+        copy = Message(self.exchange, self.routing_key, self.route, self.header, body)
+        copy._properties = self._properties
+        copy.routing_keys = self.routing_keys
+        copy.bcc = self.bcc
+        copy.ttl = self.ttl
+        copy.history = self.history
         return copy
 
     def with_delivery_count(self, count: int) -> "Message":
@@ -154,6 +170,20 @@ class Message:
         copy.history = base.history
         copy.origin = base
         return copy
+
+
+_DEATH_PAIRS: dict[DeathHistory, bytes] = {}
+
+
+def _death_pairs(history: DeathHistory) -> bytes:
+    """Encoded death headers; messages that died the same way (the common
+    case in a flood) share one encoding."""
+    pairs = _DEATH_PAIRS.get(history)
+    if pairs is None:
+        if len(_DEATH_PAIRS) >= 4096:
+            _DEATH_PAIRS.clear()
+        pairs = _DEATH_PAIRS[history] = encode_table_pairs(death_headers(history))
+    return pairs
 
 
 def _element_type(array, index: int) -> str:

@@ -12,7 +12,15 @@ import logging
 import os
 import time
 
-from dlx.dead_letter import CYCLE, DLX_MISSING, NO_ROUTE, Drop, dead_letter, split_cycles
+from dlx.dead_letter import (
+    CYCLE,
+    DLX_MISSING,
+    NO_ROUTE,
+    TARGET_FULL,
+    Drop,
+    dead_letter,
+    split_cycles,
+)
 from policies.effective import resolve
 from policies.registry import ArgumentError, validate_queue_arguments
 
@@ -350,46 +358,59 @@ class VirtualHost:
 
     def dead_letter(self, queue: Queue, messages: list[Message], reason: str) -> None:
         """Republish messages that died in `queue` to its dead-letter
-        exchange, or count why they went nowhere (rabbit_dead_letter:publish)."""
+        exchange, or count why they went nowhere (rabbit_dead_letter:publish).
+
+        Messages that died together and share their header bytes and routing
+        share one plan: the new header is built and routed once, which keeps
+        a flood of identical poison messages cheap."""
         settings = queue.settings
         stats = queue.stats
         now = int(time.time())
+        plans: dict = {}
         for message in messages:
             message = message.origin or message
-            plan = dead_letter(message.letter(), queue.name, reason,
-                               settings.dead_letter_exchange, settings.dead_letter_routing_key,
-                               now)
-            if isinstance(plan, Drop):
-                stats["dropped"][(plan.cause, reason)] += 1
-                continue
-            cause = self._republish(queue, message, plan, reason)
+            key = (message.header, message.exchange, message.routing_keys, message.bcc)
+            planned = plans.get(key)
+            if planned is None:
+                planned = plans[key] = self._plan(queue, message, reason, now)
+            cause, template, targets = planned
+            if cause is None:
+                copy = template.with_body(message.body)
+                accepted = False
+                for target in targets:
+                    if target.enqueue(copy) is not REJECTED:
+                        accepted = True
+                if not accepted:
+                    cause = TARGET_FULL
             if cause is None:
                 stats["dead_lettered"][reason] += 1
-            elif settings.at_least_once and cause != CYCLE:
+            elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
                 # Kept until a target takes it; the reaper retries.
                 queue.hold_dead_letter(message, reason)
             else:
                 stats["dropped"][(cause, reason)] += 1
 
-    def _republish(self, queue: Queue, message: Message, plan, reason: str) -> str | None:
+    def _plan(self, queue: Queue, message: Message, reason: str, now: int):
+        """(drop cause or None, the republished message, target queues)."""
+        settings = queue.settings
+        plan = dead_letter(message.letter(), queue.name, reason,
+                           settings.dead_letter_exchange, settings.dead_letter_routing_key, now)
+        if isinstance(plan, Drop):
+            return plan.cause, None, ()
         exchange = self.exchanges.get(plan.exchange)
         if exchange is None:
-            return DLX_MISSING
+            return DLX_MISSING, None, ()
         copy = message.dead_lettered(plan)
         routed = self.route(exchange, list(copy.routing_keys), copy)
         if not routed:
-            return NO_ROUTE
+            return NO_ROUTE, None, ()
         keep, cycling = split_cycles(reason, plan.history, [q.name for q in routed])
         if cycling:
             self._log_cycle(cycling, plan.history.queue_names())
         if not keep:
-            return CYCLE
+            return CYCLE, None, ()
         kept = set(keep)
-        accepted = False
-        for target in routed:
-            if target.name in kept and target.enqueue(copy) != REJECTED:
-                accepted = True
-        return None if accepted or not queue.settings.at_least_once else NO_ROUTE
+        return None, copy, [target for target in routed if target.name in kept]
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:

@@ -96,11 +96,17 @@ def decode_properties(raw: bytes) -> Properties:
     return props
 
 
-def encode_properties(props: Properties) -> bytes:
+def encode_properties(props: Properties, raw_headers: bytes | None = None) -> bytes:
+    """Flags and values; `raw_headers`, an already encoded table, stands in
+    for `props.headers` when given."""
     flags = 0
     parts: list[bytes] = []
     for name, bit, kind in PROPERTY_SPEC:
         value = getattr(props, name)
+        if name == "headers" and raw_headers is not None:
+            flags |= bit
+            parts.append(raw_headers)
+            continue
         if value is None:
             continue
         flags |= bit

@@ -265,6 +265,13 @@ def encode_table(table: dict | None) -> bytes:
     """Encode a table with its length prefix, keeping recorded wire types."""
     if not table:
         return b"\x00\x00\x00\x00"
+    body = encode_table_pairs(table)
+    return _U32.pack(len(body)) + body
+
+
+def encode_table_pairs(table: dict) -> bytes:
+    """A table's key/value pairs without the length prefix, so that encoded
+    parts can be joined into one table."""
     types = getattr(table, "types", None) or {}
     out: list[bytes] = []
     for key, value in table.items():
@@ -274,8 +281,7 @@ def encode_table(table: dict | None) -> bytes:
         out.append(_U8.pack(len(raw_key)))
         out.append(raw_key)
         _encode_value(value, types.get(key), out)
-    body = b"".join(out)
-    return _U32.pack(len(body)) + body
+    return b"".join(out)
 
 
 def encode_array(array: list) -> bytes:

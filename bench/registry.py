@@ -1,0 +1,33 @@
+"""Every benchmark scenario: how to run it and which number it reports.
+
+`metric` is the number compared across brokers; `better` says which way is
+good (higher unless stated).
+"""
+
+from __future__ import annotations
+
+from .dead_letters import dead_letter_path, ttl_mass_expiry
+from .scenarios import _many_connections, _run, publish_consume
+
+SCENARIOS = {
+    "transient": dict(
+        run=lambda url, scale: publish_consume(url, int(200_000 * scale), 100, 1, 120),
+        metric="deliveries_per_s",
+        what="publish->consume, 100 B bodies, prefetch 1000, multiple acks"),
+    "fanout": dict(
+        run=lambda url, scale: publish_consume(url, int(20_000 * scale), 100, 10, 120),
+        metric="deliveries_per_s",
+        what="topic exchange to 10 queues, deliveries counted"),
+    "connections": dict(
+        run=lambda url, scale: _run(_many_connections(url, int(1000 * scale))),
+        metric="connections_per_s",
+        what="1000 connections opened, each with a channel and a round trip"),
+    "dead-letter": dict(
+        run=lambda url, scale: dead_letter_path(url, int(100_000 * scale), 120),
+        metric="dead_letters_per_s",
+        what="consumer nacks every message (requeue=false), a second drains the DLQ"),
+    "ttl-expiry": dict(
+        run=lambda url, scale: ttl_mass_expiry(url, int(100_000 * scale), 120),
+        metric="seconds", better="lower",
+        what="100k messages with per-message TTLs expiring at one instant, until all in the DLQ"),
+}
