@@ -6,7 +6,8 @@ consumer nacks every one (requeue=false, multiple); a second consumer drains
 the dead-letter queue.  The rate is N over the time from the first rejection
 to the last dead letter drained.
 
-`ttl_mass_expiry`: N messages are published with per-message TTLs chosen so
+`ttl_mass_expiry`: N messages (distinct message-ids again) are published
+with per-message TTLs chosen so
 that all of them expire at the same instant; the time from that instant until
 all N are in the dead-letter queue is measured, with the broker's resident
 memory growth over the run.
@@ -149,9 +150,11 @@ async def _expire_all_at_once(url: str, work: str, dlq: str, count: int,
     body = b"x" * 100
     while sent < count:
         n = min(BATCH, count - sent)
-        ttl_ms = max(0, int((at - time.time()) * 1000))
-        props = encode_properties(Properties(expiration=str(ttl_ms)))
-        conn.transport.write(encoded_publish(1, "", work, body, n, props))
+        ttl_ms = str(max(0, int((at - time.time()) * 1000)))
+        conn.transport.write(b"".join(
+            encoded_publish(1, "", work, body, 1, encode_properties(
+                Properties(expiration=ttl_ms, message_id=f"m-{sent + i}")))
+            for i in range(n)))
         sent += n
         await conn.drain()
         sampler.sample()

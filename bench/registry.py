@@ -1,7 +1,8 @@
 """Every benchmark scenario: how to run it and which number it reports.
 
 `metric` is the number compared across brokers; `better` says which way is
-good (higher unless stated).
+good (higher unless stated); `extra` names further numbers reported side by
+side, lower being better (memory).
 """
 
 from __future__ import annotations
@@ -28,6 +29,6 @@ SCENARIOS = {
         what="consumer nacks every message (requeue=false), a second drains the DLQ"),
     "ttl-expiry": dict(
         run=lambda url, scale: ttl_mass_expiry(url, int(100_000 * scale), 120),
-        metric="seconds", better="lower",
+        metric="seconds", better="lower", extra=("rss_growth_mb",),
         what="100k messages with per-message TTLs expiring at one instant, until all in the DLQ"),
 }

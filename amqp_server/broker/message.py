@@ -19,7 +19,13 @@ from dlx.deaths import DeathHistory, death_headers, history_from_headers
 from dlx.expiry import parse_expiration
 
 from ..wire.frames import shortstr
-from ..wire.properties import Properties, decode_properties, encode_properties
+from ..wire.properties import (
+    Properties,
+    decode_properties,
+    encode_properties,
+    locate,
+    splice_dead_letter,
+)
 from ..wire.table import FieldTable, encode_table_pairs
 
 # class id (2) + weight (2) + body size (8) precede the property flags.
@@ -39,14 +45,14 @@ class Message:
                  "routing_keys", "bcc", "ttl", "history", "origin")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes,
-                 header: bytes, body: bytes) -> None:
+                 header: bytes, body: bytes, routing_keys: tuple[str, ...] | None = None) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.route = route
         self.header = header
         self.body = body
         self._properties: Properties | None = None
-        self.routing_keys: tuple[str, ...] = (routing_key,)
+        self.routing_keys: tuple[str, ...] = routing_keys or (routing_key,)
         self.bcc: tuple[str, ...] = ()
         self.ttl: int | None = None  # per-message TTL (ms) from `expiration`
         self.history: DeathHistory | None = None  # parsed lazily from x-death
@@ -129,28 +135,30 @@ class Message:
         self._properties = props
         self.header = self.header[:HEADER_PREFIX] + encode_properties(props)
 
-    def dead_lettered(self, plan: Republish) -> "Message":
-        """The message as republished to its dead-letter exchange."""
+    def dead_lettered(self, plan: Republish, new_headers: bytes) -> "Message":
+        """The message as republished to its dead-letter exchange, with
+        `new_headers` (from `dead_letter_headers`) as its headers table and
+        no expiration; every other property is kept byte for byte."""
+        layout = locate(self.header, HEADER_PREFIX)
+        if layout is None:
+            props = replace(self.properties, headers=None, expiration=None)
+            header = self.header[:HEADER_PREFIX] + encode_properties(props, new_headers)
+        else:
+            header = splice_dead_letter(self.header, HEADER_PREFIX, layout, new_headers)
         key = plan.routing_keys[0]
-        copy = Message(plan.exchange, key, shortstr(plan.exchange) + shortstr(key),
-                       self.header, self.body)
-        pairs = encode_table_pairs(plan.base_headers) + _death_pairs(plan.history)
-        props = replace(self.properties, headers=None, expiration=None)
-        copy.header = self.header[:HEADER_PREFIX] + encode_properties(
-            props, _U32.pack(len(pairs)) + pairs)
+        copy = Message(plan.exchange, key, shortstr(plan.exchange) + shortstr(key), header,
+                       self.body)
         copy.routing_keys = plan.routing_keys
         copy.bcc = plan.bcc
         copy.history = plan.history
         return copy
 
-    def with_body(self, body: bytes) -> "Message":
-        """Another message with this one's header and routing (one dead-letter
-        plan shared by identical messages)."""
-        copy = Message(self.exchange, self.routing_key, self.route, self.header, body)
-        copy._properties = self._properties
+    def sibling(self, header: bytes, body: bytes) -> "Message":
+        """Another dead letter routed like this one (one plan shared by
+        messages that died the same way)."""
+        copy = Message(self.exchange, self.routing_key, self.route, header, body)
         copy.routing_keys = self.routing_keys
         copy.bcc = self.bcc
-        copy.ttl = self.ttl
         copy.history = self.history
         return copy
 
@@ -170,6 +178,12 @@ class Message:
         copy.history = base.history
         copy.origin = base
         return copy
+
+
+def dead_letter_headers(plan: Republish) -> bytes:
+    """The encoded headers table of a dead letter."""
+    pairs = encode_table_pairs(plan.base_headers) + _death_pairs(plan.history)
+    return _U32.pack(len(pairs)) + pairs
 
 
 _DEATH_PAIRS: dict[DeathHistory, bytes] = {}

@@ -265,16 +265,22 @@ class Queue:
         """Dead-letter expired messages at the head; arm a timer for the next
         deadline there."""
         ready = self.ready
-        expired = []
-        while ready:
-            deadline = ready[0].deadline
-            if deadline is None or now < deadline:
+        count = 0
+        while True:
+            # In chunks, so a mass expiry never holds every original and
+            # every dead letter in memory at once.
+            expired = []
+            while ready and len(expired) < 1024:
+                deadline = ready[0].deadline
+                if deadline is None or now < deadline:
+                    break
+                expired.append(self._pop().message)
+            if not expired:
                 break
-            expired.append(self._pop().message)
-        if expired:
+            count += len(expired)
             self._died_expired(expired)
         self._arm_timer()
-        return len(expired)
+        return count
 
     def sweep(self, now: float) -> int:
         """The reaper's pass: expired messages anywhere in the queue go, not

@@ -8,19 +8,8 @@ because clients and their users match on it.
 from __future__ import annotations
 
 import base64
-import logging
 import os
-import time
 
-from dlx.dead_letter import (
-    CYCLE,
-    DLX_MISSING,
-    NO_ROUTE,
-    TARGET_FULL,
-    Drop,
-    dead_letter,
-    split_cycles,
-)
 from policies.effective import resolve
 from policies.registry import ArgumentError, validate_queue_arguments
 
@@ -34,10 +23,9 @@ from ..errors import (
 from ..wire.table import FieldTable, typed_value
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
-from .queue import REJECTED, Queue
+from .dead_letterer import DeadLetterer
+from .queue import Queue
 from .timers import Timers
-
-log = logging.getLogger("amqp_server.dlx")
 
 # rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
 # compared when a queue is declared again.
@@ -119,7 +107,7 @@ class VirtualHost:
     def __init__(self, name: str, timers: Timers | None = None) -> None:
         self.name = name
         self.timers = timers or Timers()
-        self._logged_cycles: set[tuple[str, ...]] = set()
+        self.dead_letterer = DeadLetterer(self)
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
         for xname, xtype in STANDARD_EXCHANGES:
@@ -357,69 +345,4 @@ class VirtualHost:
     # ---- dead-lettering ------------------------------------------------
 
     def dead_letter(self, queue: Queue, messages: list[Message], reason: str) -> None:
-        """Republish messages that died in `queue` to its dead-letter
-        exchange, or count why they went nowhere (rabbit_dead_letter:publish).
-
-        Messages that died together and share their header bytes and routing
-        share one plan: the new header is built and routed once, which keeps
-        a flood of identical poison messages cheap."""
-        settings = queue.settings
-        stats = queue.stats
-        now = int(time.time())
-        plans: dict = {}
-        for message in messages:
-            message = message.origin or message
-            key = (message.header, message.exchange, message.routing_keys, message.bcc)
-            planned = plans.get(key)
-            if planned is None:
-                planned = plans[key] = self._plan(queue, message, reason, now)
-            cause, template, targets = planned
-            if cause is None:
-                copy = template.with_body(message.body)
-                accepted = False
-                for target in targets:
-                    if target.enqueue(copy) is not REJECTED:
-                        accepted = True
-                if not accepted:
-                    cause = TARGET_FULL
-            if cause is None:
-                stats["dead_lettered"][reason] += 1
-            elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
-                # Kept until a target takes it; the reaper retries.
-                queue.hold_dead_letter(message, reason)
-            else:
-                stats["dropped"][(cause, reason)] += 1
-
-    def _plan(self, queue: Queue, message: Message, reason: str, now: int):
-        """(drop cause or None, the republished message, target queues)."""
-        settings = queue.settings
-        plan = dead_letter(message.letter(), queue.name, reason,
-                           settings.dead_letter_exchange, settings.dead_letter_routing_key, now)
-        if isinstance(plan, Drop):
-            return plan.cause, None, ()
-        exchange = self.exchanges.get(plan.exchange)
-        if exchange is None:
-            return DLX_MISSING, None, ()
-        copy = message.dead_lettered(plan)
-        routed = self.route(exchange, list(copy.routing_keys), copy)
-        if not routed:
-            return NO_ROUTE, None, ()
-        keep, cycling = split_cycles(reason, plan.history, [q.name for q in routed])
-        if cycling:
-            self._log_cycle(cycling, plan.history.queue_names())
-        if not keep:
-            return CYCLE, None, ()
-        kept = set(keep)
-        return None, copy, [target for target in routed if target.name in kept]
-
-    def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
-        for name in cycling:
-            cycle = (name, *history)
-            if cycle not in self._logged_cycles:
-                if len(self._logged_cycles) > 10_000:
-                    self._logged_cycles.clear()  # bounded, like RabbitMQ's hash
-                self._logged_cycles.add(cycle)
-                log.warning(
-                    "Message dropped because the following list of queues (ordered by "
-                    "death recency) contains a dead letter cycle without reason "
-                    "'rejected'. This list will not be logged again: %s", list(cycle))
+        self.dead_letterer.dead_letter(queue, messages, reason)

@@ -103,6 +103,8 @@ class Connection:
         self._sent_since_tick = False
         self._silent_ticks = 0
         self.mechanism = ""
+        self._last_publish = b""
+        self._last_fields = None
 
     # ---- output --------------------------------------------------------
 
@@ -260,7 +262,7 @@ class Connection:
         fields = _publish_fields(payload)
         if fields is None:
             raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
-        exchange, routing_key, route, bits = fields
+        exchange, routing_key, route, bits, _ = fields
         self._on_channel(channel, channel.start_publish, exchange, routing_key, route,
                          bool(bits & 1), bool(bits & 2))
 
@@ -294,12 +296,20 @@ class Connection:
             next_pos = body_end + 1
         else:
             body = b""
-        fields = _publish_fields(payload)
+        if payload == self._last_publish:
+            # Same exchange and key as the previous publish: share its
+            # strings, which also keeps queued messages small.
+            fields = self._last_fields
+        else:
+            fields = _publish_fields(payload)
+            self._last_publish = payload
+            self._last_fields = fields
         if (fields is None or fields[3] & 2 or body_size > MAX_MESSAGE_SIZE
                 or data[pos + 7 : pos + 9] != b"\x00\x3c"):
             return 0  # malformed, immediate, oversized or not class 60: the slow path says why
-        exchange, routing_key, route, bits = fields
-        message = Message(exchange, routing_key, route, data[pos + 7 : header_end], body)
+        exchange, routing_key, route, bits, routing_keys = fields
+        message = Message(exchange, routing_key, route, data[pos + 7 : header_end], body,
+                          routing_keys)
         try:
             channel.publish(message, bool(bits & 1))
         except AMQPError as error:
@@ -564,9 +574,10 @@ class Connection:
         self.broker.connections.discard(self)
 
 
-def _publish_fields(payload: bytes) -> tuple[str, str, bytes, int] | None:
+def _publish_fields(payload: bytes) -> tuple[str, str, bytes, int, tuple] | None:
     """basic.publish read by hand: (exchange, routing key, the two encoded
-    shortstrs as they stand, flag bits), or None when truncated."""
+    shortstrs as they stand, flag bits, the routing keys tuple), or None
+    when truncated."""
     try:
         # ticket (2 octets), exchange and routing key shortstrs, bits
         ex_end = 7 + payload[6]
@@ -574,9 +585,9 @@ def _publish_fields(payload: bytes) -> tuple[str, str, bytes, int] | None:
         bits = payload[rk_end]
     except IndexError:
         return None
-    return (payload[7:ex_end].decode("utf-8", "surrogateescape"),
-            payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape"),
-            payload[6:rk_end], bits)
+    routing_key = payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape")
+    return (payload[7:ex_end].decode("utf-8", "surrogateescape"), routing_key,
+            payload[6:rk_end], bits, (routing_key,))
 
 
 def _ids(method) -> tuple[int, int]:

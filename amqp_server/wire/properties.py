@@ -14,6 +14,7 @@ from .table import FieldTable, Timestamp, decode_table, encode_table
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 # (name, flag bit, type) in wire order, from the 0-9-1 spec.
@@ -122,3 +123,52 @@ def encode_properties(props: Properties, raw_headers: bytes | None = None) -> by
         else:
             parts.append(encode_table(value))
     return _U16.pack(flags) + b"".join(parts)
+
+
+_HEADERS_BIT = 1 << 13
+_EXPIRATION_BIT = 1 << 8
+
+
+class Layout(tuple):
+    """Where the headers table and the expiration sit in an encoded content
+    header: (flags, headers start, headers end, expiration start,
+    expiration end); an absent property has start == end at the place it
+    would occupy."""
+
+    __slots__ = ()
+
+
+def locate(header: bytes, offset: int) -> Layout | None:
+    """Find the headers table and expiration without decoding anything.
+    `offset` is where the property flags start.  None when the header uses
+    continuation flags (the caller then decodes it)."""
+    (flags,) = _U16.unpack_from(header, offset)
+    if flags & 1:
+        return None
+    pos = offset + 2
+    spans = {}
+    for _name, bit, kind in PROPERTY_SPEC:
+        start = pos
+        if flags & bit:
+            if kind == "shortstr":
+                pos += 1 + header[pos]
+            elif kind == "octet":
+                pos += 1
+            elif kind == "timestamp":
+                pos += 8
+            else:
+                pos += 4 + _U32.unpack_from(header, pos)[0]
+        if bit == _HEADERS_BIT or bit == _EXPIRATION_BIT:
+            spans[bit] = (start, pos)
+    if pos > len(header):
+        raise ValueError("content header properties truncated")
+    return Layout((flags, *spans[_HEADERS_BIT], *spans[_EXPIRATION_BIT]))
+
+
+def splice_dead_letter(header: bytes, offset: int, layout: Layout, new_headers: bytes) -> bytes:
+    """The header with its headers table replaced by `new_headers` (an
+    encoded table) and the expiration removed; everything else byte for byte."""
+    flags, h_start, h_end, e_start, e_end = layout
+    new_flags = (flags | _HEADERS_BIT) & ~_EXPIRATION_BIT
+    return b"".join((header[:offset], _U16.pack(new_flags), header[offset + 2:h_start],
+                     new_headers, header[h_end:e_start], header[e_end:]))
