@@ -10,6 +10,9 @@ Known differences with Debian's RabbitMQ 3.10, kept visible:
 - `x-last-death-reason/queue/exchange` are 3.13 headers; 3.10 does not set
   them, so they are removed from our observations before comparing (their
   values are checked in test_dlx_pika.py).
+- x-death order after deaths in three queues: 3.10 reorders the older
+  entries; 3.13 and its documentation keep strict most-recent-first, and so
+  do we (test_three_queue_history_order checks both sides).
 - basic.get from a quorum queue: 3.10 adds `x-delivery-count: 0` to a first
   delivery; 3.13 (rabbit_fifo_client:add_delivery_count_header) and we add
   it only once the count is above 0.
@@ -298,6 +301,23 @@ def test_repeated_deaths_in_two_queues(broker, rabbitmq_url):
     seen = same(broker, rabbitmq_url, scenario)
     deaths = seen[0]["headers"]["x-death"][1]
     assert [(d[1]["queue"][1], d[1]["count"][1]) for d in deaths] == [("<p>a", 3), ("<p>b", 2)]
+
+
+def test_three_queue_history_order(broker, rabbitmq_url):
+    def scenario(s: Scenario):
+        s.queue("a", x_dead_letter_exchange="", x_dead_letter_routing_key="b")
+        s.queue("b", x_dead_letter_exchange="", x_dead_letter_routing_key="c")
+        s.queue("c", x_dead_letter_exchange="", x_dead_letter_routing_key="a")
+        s.publish("", s.name("a"))
+        for queue in ("a", "b", "c", "a", "b"):
+            s.reject(queue)
+        deaths = s.look("c")["headers"]["x-death"][1]
+        return [(d[1]["queue"][1], d[1]["count"][1]) for d in deaths]
+    ours, theirs = both(broker, rabbitmq_url, scenario)
+    # Most recent first: b (2nd death there), then a (its 2nd), then c.
+    assert ours == [("<p>b", 2), ("<p>a", 2), ("<p>c", 1)]
+    # The same entries and counts; 3.10 orders the older ones differently.
+    assert sorted(theirs) == sorted(ours) and theirs[0] == ours[0]
 
 
 def test_cycle_without_rejection_is_dropped(broker, rabbitmq_url):

@@ -157,3 +157,25 @@ def test_cc_and_bcc_route_at_publish_and_bcc_is_hidden(vhost):
         delivered = vhost.queues[name].ready[0].message
         assert "BCC" not in delivered.properties.headers
         assert delivered.properties.headers["CC"] == ["copy"]
+
+
+class _Consumer:
+    def __init__(self):
+        self.got = []
+
+    def can_take(self):
+        return True
+
+    def take(self, queue, entry):
+        self.got.append(entry.message.body)
+
+
+def test_expired_message_behind_the_head_is_never_delivered(vhost):
+    q = declare(vhost, "q", x_dead_letter_exchange="", x_dead_letter_routing_key="dlq")
+    publish(vhost, message("q", b"head"))
+    publish(vhost, message("q", b"stale", expiration="0"))
+    publish(vhost, message("q", b"fresh"))
+    consumer = _Consumer()
+    q.add_consumer(consumer, False)
+    assert consumer.got == [b"head", b"fresh"]
+    assert bodies(vhost.queues["dlq"]) == [b"stale"]

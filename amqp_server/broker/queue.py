@@ -169,10 +169,15 @@ class Queue:
     def dispatch(self) -> None:
         """Hand ready messages to consumers that have room, in turn."""
         if not self.plain or self.saw_message_ttl:
-            self.expire(now_ms())
-        self._dispatch()
+            now = now_ms()
+            self.expire(now)
+            self._dispatch(now)
+        else:
+            self._dispatch()
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, now: float | None = None) -> None:
+        """The delivery loop; with `now`, an entry that expired behind the
+        head dies instead of being delivered."""
         ready = self.ready
         consumers = self.consumers
         misses = 0
@@ -180,6 +185,9 @@ class Queue:
             consumer = consumers[0]
             consumers.rotate(-1)
             if consumer.can_take():
+                if now is not None and ready[0].deadline is not None and now >= ready[0].deadline:
+                    self.expire(now)
+                    continue
                 entry = ready.popleft()
                 self.ready_bytes -= len(entry.message.body)
                 self.unacked += 1
