@@ -107,6 +107,12 @@ class Scenario:
         self.exchanges.append(name)
         return name
 
+    def fanout_dlq(self) -> None:
+        """The usual target: fanout exchange `dlx` into queue `dlq`."""
+        self.exchange("dlx")
+        self.queue("dlq")
+        self.bind("dlq", "dlx")
+
     def bind(self, queue: str, exchange: str, key: str = "", arguments=None) -> None:
         self.ch.queue_bind(self.name(queue), self.name(exchange), key, arguments=arguments)
 
@@ -173,9 +179,7 @@ def same(broker, rabbitmq_url, scenario):
 
 def test_rejected(broker, rabbitmq_url):
     def scenario(s: Scenario):
-        s.exchange("dlx")
-        s.queue("dlq")
-        s.bind("dlq", "dlx")
+        s.fanout_dlq()
         src = s.queue("src", x_dead_letter_exchange="dlx")
         s.publish("", src, headers={"app": "kept", "n": 7}, message_id="m1",
                   expiration="60000", content_type="text/plain", delivery_mode=2)
@@ -193,9 +197,7 @@ def test_rejected(broker, rabbitmq_url):
 
 def test_expired_queue_ttl_and_message_ttl(broker, rabbitmq_url):
     def scenario(s: Scenario):
-        s.exchange("dlx")
-        s.queue("dlq")
-        s.bind("dlq", "dlx")
+        s.fanout_dlq()
         src = s.queue("src", x_dead_letter_exchange="dlx", x_message_ttl=50)
         s.publish("", src, body=b"queue-ttl")
         first = s.look("dlq")
@@ -210,9 +212,7 @@ def test_expired_queue_ttl_and_message_ttl(broker, rabbitmq_url):
 
 def test_maxlen_drop_head_and_reject_publish_dlx(broker, rabbitmq_url):
     def scenario(s: Scenario):
-        s.exchange("dlx")
-        s.queue("dlq")
-        s.bind("dlq", "dlx")
+        s.fanout_dlq()
         head = s.queue("head", x_dead_letter_exchange="dlx", x_max_length=1)
         s.publish("", head, body=b"one")
         s.publish("", head, body=b"two")
@@ -231,9 +231,7 @@ def test_maxlen_drop_head_and_reject_publish_dlx(broker, rabbitmq_url):
 
 def test_reject_publish_nacks_and_dead_letters_nothing(broker, rabbitmq_url):
     def scenario(s: Scenario):
-        s.exchange("dlx")
-        s.queue("dlq")
-        s.bind("dlq", "dlx")
+        s.fanout_dlq()
         q = s.queue("q", x_dead_letter_exchange="dlx", x_max_length=1,
                     x_overflow="reject-publish")
         s.ch.confirm_delivery()
@@ -371,9 +369,7 @@ def test_dlx_of_each_exchange_type(broker, rabbitmq_url, kind):
 
 def test_quorum_delivery_limit(broker, rabbitmq_url):
     def scenario(s: Scenario):
-        s.exchange("dlx")
-        s.queue("dlq")
-        s.bind("dlq", "dlx")
+        s.fanout_dlq()
         s.queue("qq", x_queue_type="quorum", x_delivery_limit=1, x_dead_letter_exchange="dlx")
         s.publish("", s.name("qq"), body=b"poison")
         seen = []
