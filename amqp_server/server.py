@@ -140,6 +140,8 @@ class Server:
         loop = asyncio.get_running_loop()
         broker = self.broker
         broker.timers.attach(loop)
+        for problem in broker.open_data_dir():
+            log.warning("%s", problem)
         period = broker.config.message_expiry_scan_period
         if period > 0:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)

@@ -7,6 +7,9 @@ TCP, blocking (pika) and asyncio (aio-pika) alike.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import shutil
+import tempfile
 import threading
 
 from .broker.broker import Broker
@@ -16,8 +19,13 @@ from .server import Server
 
 
 class BrokerThread:
-    def __init__(self, config: BrokerConfig | None = None) -> None:
-        config = config or BrokerConfig(port=0)
+    """`data_dir` defaults to a fresh temporary directory, removed on stop;
+    pass one to keep state across a restart."""
+
+    def __init__(self, config: BrokerConfig | None = None, data_dir: str | None = None) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="amqp-test-")
+        config = dataclasses.replace(config or BrokerConfig(port=0), data_dir=self.data_dir)
         self.broker = Broker(config)
         self.server = Server(self.broker, host="127.0.0.1", port=0)
         self.loop = new_event_loop()
@@ -64,6 +72,8 @@ class BrokerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> "BrokerThread":
         return self.start()

@@ -14,7 +14,7 @@ from amqp_server.wire.table import FieldTable
 
 from dlx.limits import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
 
-from .registry import ARGUMENT_WINS, SETTINGS, queue_type_of
+from .registry import ARGUMENT_WINS, QUEUE_SETTINGS, queue_type_of
 
 AT_MOST_ONCE = "at-most-once"
 AT_LEAST_ONCE = "at-least-once"
@@ -49,7 +49,7 @@ class QueueSettings:
         return self.max_length is not None or self.max_length_bytes is not None
 
 
-_FIELD = {setting.key: setting.key.replace("-", "_") for setting in SETTINGS}
+_FIELD = {setting.key: setting.key.replace("-", "_") for setting in QUEUE_SETTINGS}
 _KNOWN = {f.name for f in fields(QueueSettings)}
 
 
@@ -59,7 +59,7 @@ def resolve(arguments: FieldTable | None, policy: dict | None = None,
     policy = policy or {}
     operator_policy = operator_policy or {}
     values: dict = {"queue_type": queue_type_of(arguments)}
-    for setting in SETTINGS:
+    for setting in QUEUE_SETTINGS:
         name = _FIELD[setting.key]
         if name not in _KNOWN:
             continue

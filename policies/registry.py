@@ -96,29 +96,62 @@ def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
+def _is_text(value) -> bool:
+    return isinstance(value, str)
+
+
+def _is_int_at_least(minimum: int) -> Callable[[object], bool]:
+    return lambda value: (isinstance(value, int) and not isinstance(value, bool)
+                          and value >= minimum)
+
+
+def _in(*choices: str) -> Callable[[object], bool]:
+    return lambda value: value in choices
+
+
 @dataclass(frozen=True)
 class Setting:
     key: str                 # policy definition key
     argument: str | None     # queue argument, None if policy-only
-    check: Check
+    check: Check | None      # the argument's validator
     merge: str
+    # Policy values: a test and rabbit_policies' message ("~tp is not ...").
+    policy_valid: Callable[[object], bool] = _is_text
+    policy_error: str = ""
+    # Which objects the key concerns; a queue type in `unsupported_by`
+    # ignores a whole policy carrying the key (rabbit_queue_type capabilities).
+    target: str = "queue"
+    unsupported_by: frozenset = frozenset()
 
+
+QUORUM_ONLY = frozenset({"classic"})  # unsupported by classic queues
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("dead-letter-exchange", "x-dead-letter-exchange", check_string, ARGUMENT_WINS),
+    Setting("dead-letter-exchange", "x-dead-letter-exchange", check_string, ARGUMENT_WINS,
+            _is_text, "is not a valid dead letter exchange name"),
     Setting("dead-letter-routing-key", "x-dead-letter-routing-key", check_dlx_routing_key,
-            ARGUMENT_WINS),
+            ARGUMENT_WINS, _is_text, "is not a valid dead letter routing key"),
     Setting("dead-letter-strategy", "x-dead-letter-strategy",
-            _one_of(("at-most-once", "at-least-once"), "invalid_dlx_strategy"), ARGUMENT_WINS),
+            _one_of(("at-most-once", "at-least-once"), "invalid_dlx_strategy"), ARGUMENT_WINS,
+            _in("at-most-once", "at-least-once"), "is not a valid dead letter strategy",
+            unsupported_by=QUORUM_ONLY),
     Setting("overflow", "x-overflow", _one_of(OVERFLOW_MODES, "invalid_overflow"),
-            ARGUMENT_WINS),
-    Setting("message-ttl", "x-message-ttl", check_expiry, SMALLER_WINS),
-    Setting("expires", "x-expires", check_expires, SMALLER_WINS),
-    Setting("max-length", "x-max-length", check_non_neg_int, SMALLER_WINS),
-    Setting("max-length-bytes", "x-max-length-bytes", check_non_neg_int, SMALLER_WINS),
-    Setting("delivery-limit", "x-delivery-limit", check_delivery_limit, SMALLER_WINS),
+            ARGUMENT_WINS, _in(*OVERFLOW_MODES), "is not a valid overflow value"),
+    Setting("message-ttl", "x-message-ttl", check_expiry, SMALLER_WINS,
+            _is_int_at_least(0), "is not a valid message TTL"),
+    Setting("expires", "x-expires", check_expires, SMALLER_WINS,
+            _is_int_at_least(1), "is not a valid queue expiry"),
+    Setting("max-length", "x-max-length", check_non_neg_int, SMALLER_WINS,
+            _is_int_at_least(0), "is not a valid maximum length"),
+    Setting("max-length-bytes", "x-max-length-bytes", check_non_neg_int, SMALLER_WINS,
+            _is_int_at_least(0), "is not a valid maximum length in bytes"),
+    Setting("delivery-limit", "x-delivery-limit", check_delivery_limit, SMALLER_WINS,
+            _is_int_at_least(0), "is not a valid delivery limit", unsupported_by=QUORUM_ONLY),
+    Setting("alternate-exchange", None, None, ARGUMENT_WINS,
+            _is_text, "is not a valid alternate exchange name", target="exchange"),
 )
 BY_ARGUMENT = {s.argument: s for s in SETTINGS if s.argument}
+QUEUE_SETTINGS = tuple(s for s in SETTINGS if s.target == "queue")
 BY_KEY = {s.key: s for s in SETTINGS}
 
 # Arguments RabbitMQ validates that are not dead-letter settings.

@@ -5,6 +5,9 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass, field
 
+from policies.model import Policy, PolicyError, make_policy
+from policies.store import PolicyStore
+
 from ..config import BrokerConfig
 from .timers import Timers, now_ms
 from .vhost import VirtualHost
@@ -28,6 +31,7 @@ class Broker:
     users: dict[str, User] = field(default_factory=dict)
     connections: set = field(default_factory=set)
     timers: Timers = field(default_factory=Timers)
+    policies: PolicyStore = field(default_factory=PolicyStore)
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -41,7 +45,7 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.timers)
+            vhost = self.vhosts[name] = VirtualHost(name, self.timers, self.policies)
         return vhost
 
     def authenticate(self, username: str, password: str) -> User | None:
@@ -60,3 +64,35 @@ class Broker:
                 if not queue.plain or queue.saw_message_ttl or queue.dlx_pending:
                     count += queue.sweep(now)
         return count
+
+    # ---- policies ------------------------------------------------------
+
+    def open_data_dir(self) -> list[str]:
+        """Load persisted state from the data directory and apply it."""
+        problems = self.policies.open(self.config.data_dir)
+        for vhost in self.vhosts.values():
+            vhost.reapply_policies()
+        return problems
+
+    def set_policy(self, vhost: str, name: str, pattern: str, definition, priority=0,
+                   apply_to: str = "all", operator: bool = False) -> Policy:
+        """Validate, store and apply at once; PolicyError or KeyError (no such vhost)."""
+        host = self._vhost(vhost)
+        policy = make_policy(vhost, name, pattern, definition, priority, apply_to, operator)
+        self.policies.put(policy, operator)
+        host.reapply_policies()
+        return policy
+
+    def clear_policy(self, vhost: str, name: str, operator: bool = False) -> Policy:
+        host = self._vhost(vhost)
+        policy = self.policies.remove(vhost, name, operator)
+        if policy is None:
+            raise KeyError(f"policy '{name}' not found in vhost '{vhost}'")
+        host.reapply_policies()
+        return policy
+
+    def _vhost(self, name: str) -> VirtualHost:
+        host = self.vhosts.get(name)
+        if host is None:
+            raise KeyError(f"vhost '{name}' not found")
+        return host

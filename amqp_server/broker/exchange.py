@@ -39,7 +39,15 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or FieldTable()
+        self.policy = None
+        self.apply_policy(None)
+
+    def apply_policy(self, policy) -> None:
+        """The argument beats a policy's alternate-exchange (rabbit_exchange)."""
+        self.policy = policy
         alternate = self.arguments.get("alternate-exchange")
+        if not isinstance(alternate, str) and policy is not None:
+            alternate = policy.definition.get("alternate-exchange")
         self.alternate: str | None = alternate if isinstance(alternate, str) else None
         self.bindings: dict[tuple, Binding] = {}
         # How many bindings lead to exchanges: routing walks the graph only then.

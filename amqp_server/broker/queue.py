@@ -44,7 +44,7 @@ class Queue:
     def __init__(self, vhost: str, name: str, durable: bool = False,
                  exclusive_owner: object | None = None, auto_delete: bool = False,
                  arguments: FieldTable | None = None,
-                 settings: QueueSettings | None = None, timers: Timers | None = None) -> None:
+                 settings: tuple | None = None, timers: Timers | None = None) -> None:
         self.vhost = vhost
         self.name = name
         self.durable = durable
@@ -76,18 +76,24 @@ class Queue:
         self.on_unused: Callable[[Queue], None] | None = None
         self.last_used = now_ms()
         self._expiry_timer = None
-        self.apply_settings(settings or resolve(self.arguments))
+        self.saw_message_ttl = False
+        self.settings = None
+        # (effective settings, user policy, operator policy) from the vhost
+        settings, self.policy, self.operator_policy = settings or (
+            resolve(self.arguments), None, None)
+        self.apply_settings(settings)
 
     def apply_settings(self, settings: QueueSettings) -> None:
         """Adopt new effective settings (declare, or a policy change)."""
-        self.settings = settings
+        previous, self.settings = self.settings, settings
         self.is_quorum = settings.is_quorum
         # A plain queue skips every per-message rule on its hot path.
         self.plain = not (settings.message_ttl is not None or settings.has_length_limit
                           or settings.is_quorum)
-        self.saw_message_ttl = False
         if settings.has_length_limit and settings.overflow == limits.DROP_HEAD:
             self._drop_head()
+        if previous is not None and settings.expires != previous.expires:
+            self.touch()
 
     # ---- state ---------------------------------------------------------
 

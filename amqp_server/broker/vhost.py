@@ -11,6 +11,8 @@ import base64
 import os
 
 from policies.effective import resolve
+from policies.model import match_exchange, match_queue
+from policies.store import PolicyStore
 from policies.registry import ArgumentError, validate_queue_arguments
 
 from ..errors import (
@@ -104,9 +106,11 @@ def assert_args_equivalent(current: FieldTable, requested: FieldTable,
 
 
 class VirtualHost:
-    def __init__(self, name: str, timers: Timers | None = None) -> None:
+    def __init__(self, name: str, timers: Timers | None = None,
+                 policies: PolicyStore | None = None) -> None:
         self.name = name
         self.timers = timers or Timers()
+        self.policies = policies or PolicyStore()
         self.dead_letterer = DeadLetterer(self)
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
@@ -163,6 +167,7 @@ class VirtualHost:
                 raise precondition_failed(
                     f"invalid type '{alternate[0]}' for arg 'alternate-exchange' in {what}")
             exchange = cls(self.name, name, durable, auto_delete, internal, arguments)
+            exchange.apply_policy(match_exchange(self.policies.in_vhost(self.name), name))
             self.exchanges[name] = exchange
             return exchange
         for field, old, new in (
@@ -256,7 +261,7 @@ class VirtualHost:
                     raise precondition_failed(f"invalid property '{prop}' for {what}")
         queue = Queue(self.name, name, durable and not exclusive,
                       owner if exclusive else None, auto_delete, arguments,
-                      resolve(arguments), self.timers)
+                      self._queue_settings(name, queue_type, arguments), self.timers)
         queue.dead_letter_sink = self.dead_letter
         queue.on_unused = self.remove_queue
         self.queues[name] = queue
@@ -341,6 +346,31 @@ class VirtualHost:
                     pending.append((dest, dest.match(routing_keys, message)))
         return list(queues)
 
+
+    # ---- policies ------------------------------------------------------
+
+    def _queue_settings(self, name: str, queue_type: str, arguments: FieldTable):
+        policy = match_queue(self.policies.in_vhost(self.name), name, queue_type)
+        operator = match_queue(self.policies.in_vhost(self.name, operator=True), name,
+                               queue_type)
+        settings = resolve(arguments, policy.definition if policy else None,
+                           operator.definition if operator else None)
+        return settings, policy, operator
+
+    def reapply_policies(self) -> None:
+        """A policy was set or cleared: every queue and exchange takes its
+        effective settings again at once (a queue that gains a max-length
+        trims, one that gains a DLX dead-letters from now on)."""
+        for queue in list(self.queues.values()):
+            settings, policy, operator = self._queue_settings(
+                queue.name, queue.settings.queue_type, queue.arguments)
+            queue.policy, queue.operator_policy = policy, operator
+            if settings != queue.settings:
+                queue.apply_settings(settings)
+        policies = self.policies.in_vhost(self.name)
+        for exchange in self.exchanges.values():
+            if exchange.name:
+                exchange.apply_policy(match_exchange(policies, exchange.name))
 
     # ---- dead-lettering ------------------------------------------------
 

@@ -1,0 +1,72 @@
+"""The broker's policies and operator policies, persisted in the data
+directory as one JSON document (written to a temporary file, fsynced and
+renamed, so a crash leaves the old or the new file, never half of one)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .model import Policy, PolicyError, make_policy
+
+FILE_NAME = "policies.json"
+
+
+class PolicyStore:
+    def __init__(self) -> None:
+        self.policies: dict[tuple[str, str], Policy] = {}
+        self.operator_policies: dict[tuple[str, str], Policy] = {}
+        self._path: Path | None = None
+
+    def open(self, data_dir: str | Path) -> list[str]:
+        """Load what was saved in `data_dir` and persist there from now on.
+        Returns a message per saved policy that no longer validates."""
+        directory = Path(data_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._path = directory / FILE_NAME
+        problems: list[str] = []
+        if not self._path.exists():
+            return problems
+        saved = json.loads(self._path.read_text())
+        for kind, table in (("policies", self.policies),
+                            ("operator_policies", self.operator_policies)):
+            for item in saved.get(kind, []):
+                try:
+                    policy = make_policy(item["vhost"], item["name"], item["pattern"],
+                                         item["definition"], item.get("priority", 0),
+                                         item.get("apply-to", "all"),
+                                         operator=kind == "operator_policies")
+                except (PolicyError, KeyError) as exc:
+                    problems.append(f"{kind} entry {item!r} skipped: {exc}")
+                    continue
+                table[(policy.vhost, policy.name)] = policy
+        return problems
+
+    def table(self, operator: bool) -> dict[tuple[str, str], Policy]:
+        return self.operator_policies if operator else self.policies
+
+    def put(self, policy: Policy, operator: bool = False) -> None:
+        self.table(operator)[(policy.vhost, policy.name)] = policy
+        self._save()
+
+    def remove(self, vhost: str, name: str, operator: bool = False) -> Policy | None:
+        policy = self.table(operator).pop((vhost, name), None)
+        if policy is not None:
+            self._save()
+        return policy
+
+    def in_vhost(self, vhost: str, operator: bool = False) -> list[Policy]:
+        return [p for (v, _), p in sorted(self.table(operator).items()) if v == vhost]
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        document = {"policies": [p.as_json() for p in self.policies.values()],
+                    "operator_policies": [p.as_json() for p in self.operator_policies.values()]}
+        tmp = self._path.with_suffix(".tmp")
+        with open(tmp, "w") as handle:
+            json.dump(document, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self._path)

@@ -1,0 +1,151 @@
+"""Policies: validation wording, matching, priority, apply-to, live
+re-application and persistence, without sockets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from amqp_server.broker.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.wire.table import FieldTable
+from policies.model import PolicyError, make_policy, match_exchange, match_queue
+from policies.store import PolicyStore
+
+
+@pytest.mark.parametrize("definition,message", [
+    ({"message-ttl": "5"}, '<<"5">> is not a valid message TTL'),
+    ({"message-ttl": -1}, "-1 is not a valid message TTL"),
+    ({"expires": 0}, "0 is not a valid queue expiry"),
+    ({"max-length": 1.5}, "1.5 is not a valid maximum length"),
+    ({"overflow": "sideways"}, '<<"sideways">> is not a valid overflow value'),
+    ({"dead-letter-exchange": 5}, "5 is not a valid dead letter exchange name"),
+    ({"delivery-limit": True}, "true is not a valid delivery limit"),
+    ({"no-such-key": 1, "other": 2}, '[<<"no-such-key">>,<<"other">>] are not recognised policy settings'),
+    ([1, 2], "definition must be a dictionary: [1,2]"),
+    ({}, "no policy settings given"),
+])
+def test_definition_validation(definition, message):
+    with pytest.raises(PolicyError) as info:
+        make_policy("/", "p", ".*", definition)
+    assert str(info.value) == message
+
+
+def test_apply_to_priority_and_pattern_validation():
+    with pytest.raises(PolicyError, match="apply-to 'topics' unrecognised"):
+        make_policy("/", "p", ".*", {"max-length": 1}, apply_to="topics")
+    with pytest.raises(PolicyError, match="priority must be a number"):
+        make_policy("/", "p", ".*", {"max-length": 1}, priority="high")
+    with pytest.raises(PolicyError, match="not a valid regular expression"):
+        make_policy("/", "p", "(", {"max-length": 1})
+    with pytest.raises(PolicyError, match="not recognised"):
+        make_policy("/", "p", ".*", {"dead-letter-exchange": "x"}, operator=True)
+
+
+def test_highest_priority_wins_and_ties_go_to_the_first_name():
+    low = make_policy("/", "b-low", "^orders", {"max-length": 1}, priority=1)
+    high = make_policy("/", "a-high", "orders", {"max-length": 2}, priority=5)
+    assert match_queue([low, high], "orders.eu", "classic") is high
+    tie_a = make_policy("/", "a", "", {"max-length": 1}, priority=5)
+    assert match_queue([high, tie_a], "orders", "classic") is tie_a
+    assert match_queue([low], "my.orders", "classic") is None  # ^ anchors
+    assert make_policy("/", "p", "rders", {"max-length": 1}).matches_queue("orders", "classic")
+
+
+def test_apply_to_and_queue_type_support():
+    queues = make_policy("/", "q", ".*", {"max-length": 1}, apply_to="queues")
+    exchanges = make_policy("/", "x", ".*", {"alternate-exchange": "ae"}, apply_to="exchanges")
+    quorum = make_policy("/", "qq", ".*", {"max-length": 1}, apply_to="quorum_queues")
+    limit = make_policy("/", "dl", ".*", {"delivery-limit": 3})
+    assert match_queue([exchanges], "a", "classic") is None
+    assert match_exchange([queues], "a") is None
+    assert match_queue([quorum], "a", "classic") is None
+    assert match_queue([quorum], "a", "quorum") is quorum
+    # delivery-limit is a quorum-only key: RabbitMQ skips the whole policy elsewhere.
+    assert match_queue([limit], "a", "classic") is None
+    assert match_queue([limit], "a", "quorum") is limit
+
+
+def _broker_with_queue(**arguments):
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    args = FieldTable({k.replace("_", "-"): v for k, v in arguments.items()})
+    return broker, vhost, vhost.declare_queue("work", None, arguments=args)
+
+
+def test_policy_applies_to_live_queue_and_clearing_restores():
+    broker, vhost, queue = _broker_with_queue()
+    broker.set_policy("/", "dlx", "^work$", {"dead-letter-exchange": "from-policy",
+                                             "message-ttl": 1000})
+    assert queue.settings.dead_letter_exchange == "from-policy"
+    assert queue.settings.message_ttl == 1000 and not queue.plain
+    assert queue.policy.name == "dlx"
+    broker.clear_policy("/", "dlx")
+    assert queue.settings.dead_letter_exchange is None and queue.plain
+    assert queue.policy is None
+
+
+def test_argument_beats_policy_and_smaller_limit_wins():
+    broker, vhost, queue = _broker_with_queue(x_dead_letter_exchange="from-arg",
+                                              x_max_length=10)
+    broker.set_policy("/", "p", ".*", {"dead-letter-exchange": "from-policy", "max-length": 3})
+    assert queue.settings.dead_letter_exchange == "from-arg"
+    assert queue.settings.max_length == 3
+    broker.set_policy("/", "cap", ".*", {"max-length": 2}, operator=True)
+    assert queue.settings.max_length == 2
+
+
+def test_gaining_a_max_length_trims_at_once():
+    broker, vhost, queue = _broker_with_queue()
+    vhost.declare_queue("dlq", None)
+    from tests.test_queue_deaths import message, publish
+    for n in range(5):
+        publish(vhost, message("work", str(n).encode()))
+    broker.set_policy("/", "short", "^work$", {"max-length": 2, "dead-letter-exchange": "",
+                                               "dead-letter-routing-key": "dlq"})
+    assert [e.message.body for e in queue.ready] == [b"3", b"4"]
+    assert len(vhost.queues["dlq"].ready) == 3
+
+
+def test_new_queues_and_exchanges_pick_up_policies():
+    broker = Broker()
+    broker.set_policy("/", "ae", "^in$", {"alternate-exchange": "fallback"},
+                      apply_to="exchanges")
+    vhost = broker.vhosts["/"]
+    assert vhost.declare_exchange("in", "direct").alternate == "fallback"
+    assert vhost.declare_exchange("other", "direct").alternate is None
+    broker.set_policy("/", "ttl", ".*", {"message-ttl": 5}, apply_to="queues")
+    assert vhost.declare_queue("later", None).settings.message_ttl == 5
+
+
+def test_unknown_vhost_and_policy():
+    broker = Broker()
+    with pytest.raises(KeyError):
+        broker.set_policy("nope", "p", ".*", {"max-length": 1})
+    with pytest.raises(KeyError):
+        broker.clear_policy("/", "never-set")
+
+
+def test_policies_persist(tmp_path):
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    broker.open_data_dir()
+    broker.set_policy("/", "p", "^a", {"max-length": 4}, priority=2, apply_to="queues")
+    broker.set_policy("/", "op", ".*", {"max-length": 9}, operator=True)
+    saved = json.loads((tmp_path / "policies.json").read_text())
+    assert saved["policies"][0]["definition"] == {"max-length": 4}
+    again = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    assert again.open_data_dir() == []
+    queue = again.vhosts["/"].declare_queue("abc", None)
+    assert queue.policy.name == "p" and queue.settings.max_length == 4
+    assert queue.operator_policy.name == "op"
+
+
+def test_a_corrupt_saved_policy_is_skipped_not_fatal(tmp_path):
+    (tmp_path / "policies.json").write_text(json.dumps({"policies": [
+        {"vhost": "/", "name": "bad", "pattern": ".*", "definition": {"bogus": 1}},
+        {"vhost": "/", "name": "good", "pattern": ".*", "definition": {"max-length": 1}}]}))
+    store = PolicyStore()
+    problems = store.open(tmp_path)
+    assert len(problems) == 1 and "bogus" in problems[0]
+    assert list(store.policies) == [("/", "good")]
