@@ -24,6 +24,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int,
                         help="AMQP port (default 5672; 0 picks a free one and logs it)")
+    parser.add_argument("--management-port", type=int,
+                        help="management HTTP API port (default 15672; 0 picks a free one, "
+                             "-1 turns it off)")
     parser.add_argument("--data-dir", help="where durable data lives (default ./amqp-data)")
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
@@ -35,6 +38,9 @@ async def serve(config: BrokerConfig) -> None:
     server = Server(Broker(config))
     await server.start()
     print(f"amqp-server listening on {server.host}:{server.port}", flush=True)
+    if server.management is not None:
+        print(f"management API on http://{server.host}:{server.management.port}/api/",
+              flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = BrokerConfig.load(args.config, host=args.host, port=args.port,
+                                   management_port=args.management_port,
                                    data_dir=args.data_dir, log_level=args.log_level)
     except ConfigError as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
@@ -55,14 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= config.port <= 65535:
         print(f"amqp-server: --port must be 0-65535, got {config.port}", file=sys.stderr)
         return 2
+    if config.management_port > 65535:
+        print(f"amqp-server: --management-port must be at most 65535, got "
+              f"{config.management_port}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop = new_event_loop()
     try:
         loop.run_until_complete(serve(config))
     except OSError as exc:
-        print(f"amqp-server: cannot listen on {config.host}:{config.port}: {exc.strerror}",
-              file=sys.stderr)
+        print(f"amqp-server: cannot listen on {config.host} (AMQP port {config.port}, "
+              f"management port {config.management_port}): {exc.strerror}", file=sys.stderr)
         return 1
     finally:
         loop.close()

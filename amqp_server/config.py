@@ -15,6 +15,9 @@ class ConfigError(ValueError):
 class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 5672
+    # Management HTTP API (RabbitMQ's default port); 0 picks a free port,
+    # a negative number turns it off.
+    management_port: int = 15672
     data_dir: str = "./amqp-data"
     log_level: str = "info"
     default_vhost: str = "/"

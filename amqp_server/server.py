@@ -14,6 +14,7 @@ import logging
 
 from .broker.broker import Broker
 from .errors import CONNECTION_FORCED
+from .management.api import ManagementServer
 from .protocol.connection import CLOSING, OPEN, Connection
 
 log = logging.getLogger("amqp_server")
@@ -43,6 +44,9 @@ class AMQPProtocol(asyncio.Protocol):
         except ValueError:
             loopback = False
         self.conn = Connection(self.server.broker, host, loopback, wakeup=self._schedule_flush)
+        local = transport.get_extra_info("sockname") or ("127.0.0.1", 0)
+        # RabbitMQ's connection name, also the management API's key for it.
+        self.conn.name = f"{host}:{peer[1]} -> {local[0]}:{local[1]}"
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self.server.protocols.add(self)
         self._timers["handshake"] = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
@@ -135,6 +139,7 @@ class Server:
         self.protocols: set[AMQPProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self._reaper = None
+        self.management: ManagementServer | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -149,6 +154,11 @@ class Server:
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("AMQP 0-9-1 listening on %s:%d", self.host, self.port)
+        if broker.config.management_port >= 0:
+            self.management = ManagementServer(broker, self.host, broker.config.management_port)
+            await self.management.start()
+            log.info("management HTTP API listening on %s:%d", self.host,
+                     self.management.port)
 
     async def stop(self, grace: float = 1.0) -> None:
         """Close the listener, send 320 CONNECTION_FORCED to every client."""
@@ -156,6 +166,8 @@ class Server:
             self._server.close()
         if self._reaper is not None:
             self._reaper.cancel()
+        if self.management is not None:
+            await self.management.stop()
         for protocol in list(self.protocols):
             protocol.conn.shutdown(CONNECTION_FORCED,
                                    "broker forced connection closure with reason 'shutdown'")

@@ -25,7 +25,8 @@ class BrokerThread:
     def __init__(self, config: BrokerConfig | None = None, data_dir: str | None = None) -> None:
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="amqp-test-")
-        config = dataclasses.replace(config or BrokerConfig(port=0), data_dir=self.data_dir)
+        config = dataclasses.replace(config or BrokerConfig(port=0, management_port=0),
+                                     data_dir=self.data_dir)
         self.broker = Broker(config)
         self.server = Server(self.broker, host="127.0.0.1", port=0)
         self.loop = new_event_loop()
@@ -40,6 +41,10 @@ class BrokerThread:
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.management.port}"
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -22,7 +22,8 @@ from .registry import SCENARIOS
 
 def start_our_broker() -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--port", "0", "--log-level", "warning"],
+        [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
+         "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:

@@ -119,6 +119,16 @@ def test_new_queues_and_exchanges_pick_up_policies():
     assert vhost.declare_queue("later", None).settings.message_ttl == 5
 
 
+def test_setting_a_policy_keeps_bindings():
+    broker = Broker()
+    vhost = broker.vhosts["/"]
+    exchange = vhost.declare_exchange("in", "direct")
+    vhost.bind("in", vhost.declare_queue("q", None), "k", None)
+    broker.set_policy("/", "ae", ".*", {"alternate-exchange": "other", "message-ttl": 5})
+    assert [b.routing_key for b in exchange.bindings.values()] == ["k"]
+    assert exchange.alternate == "other"
+
+
 def test_unknown_vhost_and_policy():
     broker = Broker()
     with pytest.raises(KeyError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass, field
 
 from policies.model import Policy, PolicyError, make_policy
@@ -10,18 +9,8 @@ from policies.store import PolicyStore
 
 from ..config import BrokerConfig
 from .timers import Timers, now_ms
+from .users import User
 from .vhost import VirtualHost
-
-
-@dataclass
-class User:
-    name: str
-    password: str
-    tags: tuple[str, ...] = ()
-    loopback_only: bool = False
-
-    def check_password(self, password: str) -> bool:
-        return hmac.compare_digest(self.password.encode(), password.encode())
 
 
 @dataclass
@@ -38,7 +27,7 @@ class Broker:
             self.add_vhost(self.config.default_vhost)
         if not self.users:
             # RabbitMQ's default user may only log in from loopback.
-            self.users[self.config.default_user] = User(
+            self.users[self.config.default_user] = User.with_password(
                 self.config.default_user, self.config.default_pass,
                 ("administrator",), loopback_only=self.config.default_user_loopback_only)
 

@@ -39,6 +39,9 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or FieldTable()
+        self.bindings: dict[tuple, Binding] = {}
+        # How many bindings lead to exchanges: routing walks the graph only then.
+        self.exchange_bindings = 0
         self.policy = None
         self.apply_policy(None)
 
@@ -49,9 +52,6 @@ class Exchange:
         if not isinstance(alternate, str) and policy is not None:
             alternate = policy.definition.get("alternate-exchange")
         self.alternate: str | None = alternate if isinstance(alternate, str) else None
-        self.bindings: dict[tuple, Binding] = {}
-        # How many bindings lead to exchanges: routing walks the graph only then.
-        self.exchange_bindings = 0
 
     def add_binding(self, binding: Binding) -> bool:
         if binding.key in self.bindings:

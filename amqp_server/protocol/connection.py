@@ -86,6 +86,7 @@ class Connection:
         self.exclusive_queues: set = set()
         self.capabilities: dict = {}
         self.client_properties: dict = {}
+        self.name = peer_host
         self.user = None
         self.vhost = None
         self.frame_max = self.config.frame_max

@@ -1,0 +1,506 @@
+"""The RabbitMQ management HTTP API paths that tools use, served by aiohttp
+in the broker's own event loop (so handlers read and change broker state
+directly, like a channel does).
+
+Errors keep RabbitMQ's shapes: 401 {"error": "not_authorized"}, 404
+{"error": "Object Not Found", "reason": "Not Found"}, 400 {"error":
+"bad_request", "reason": ...}; rabbitmqadmin prints the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import json
+
+from aiohttp import web
+
+from policies.model import PolicyError
+
+from ..errors import AMQPError
+from ..wire.table import FieldTable
+from . import definitions, messages, metrics
+from .shapes import (
+    NODE,
+    binding_json,
+    channel_json,
+    connection_json,
+    consumer_json,
+    exchange_json,
+    queue_json,
+    vhost_bindings,
+)
+
+MANAGEMENT_TAGS = {"administrator", "management", "monitoring", "policymaker"}
+USER_KEY = web.AppKey("user", object)
+BROKER = web.AppKey("broker", object)
+
+
+class BadRequest(Exception):
+    """Becomes 400 with this reason."""
+
+
+def _error(status: int, error: str, reason: str) -> web.Response:
+    return web.json_response({"error": error, "reason": reason}, status=status)
+
+
+def not_found() -> web.Response:
+    return _error(404, "Object Not Found", "Not Found")
+
+
+@web.middleware
+async def auth_and_errors(request: web.Request, handler):
+    broker = request.app[BROKER]
+    if request.path != "/metrics":
+        user = _authenticate(request, broker)
+        if user is None:
+            response = _error(401, "not_authorized", "Login failed")
+            response.headers["WWW-Authenticate"] = 'Basic realm="RabbitMQ Management"'
+            return response
+        request[USER_KEY] = user
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except KeyError:
+        return not_found()
+    except (BadRequest, PolicyError) as exc:
+        return _error(400, "bad_request", str(exc))
+    except AMQPError as exc:
+        if exc.code == 404:
+            return not_found()
+        return _error(400, "bad_request", exc.explanation)
+
+
+def _authenticate(request: web.Request, broker):
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Basic "):
+        return None
+    try:
+        username, _, password = base64.b64decode(header[6:]).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user = broker.authenticate(username, password)
+    if user is None or not MANAGEMENT_TAGS & set(user.tags):
+        return None
+    if user.loopback_only:
+        try:
+            if not ipaddress.ip_address(request.remote or "").is_loopback:
+                return None
+        except ValueError:
+            return None
+    return user
+
+
+async def _body(request: web.Request) -> dict:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json(loads=json.loads)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"could not parse JSON document: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("JSON document must be an object")
+    return body
+
+
+def flag(body: dict, key: str, default: bool) -> bool:
+    """rabbitmqadmin sends booleans as "true"/"false" strings."""
+    value = body.get(key, default)
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false"):
+            raise BadRequest(f"{key} must be true or false, got {value!r}")
+        return value.lower() == "true"
+    return bool(value)
+
+
+def integer(body: dict, key: str, default: int) -> int:
+    value = body.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"{key} must be an integer, got {value!r}") from None
+
+
+def table(value) -> FieldTable:
+    if value in (None, ""):
+        return FieldTable()
+    if not isinstance(value, dict):
+        raise BadRequest("arguments must be a JSON object")
+    return FieldTable(value)
+
+
+def _vhost(request: web.Request):
+    return request.app[BROKER].vhosts[request.match_info["vhost"]]
+
+
+def _listing(request: web.Request, items: list[dict]) -> web.Response:
+    """?sort= and ?sort_reverse= as the management API honours them."""
+    sort = request.query.get("sort")
+    if sort:
+        items.sort(key=lambda item: (item.get(sort) is None, str(item.get(sort))))
+    if request.query.get("sort_reverse") == "true":
+        items.reverse()
+    return web.json_response(items)
+
+
+def _vhosts(request: web.Request) -> list:
+    broker = request.app[BROKER]
+    if "vhost" in request.match_info:
+        return [broker.vhosts[request.match_info["vhost"]]]
+    return list(broker.vhosts.values())
+
+
+# ---- overview, vhosts, whoami -----------------------------------------------
+
+async def overview(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+    ready = sum(len(q.ready) for q in queues)
+    unacked = sum(q.unacked for q in queues)
+    conns = list(broker.connections)
+    return web.json_response({
+        "management_version": "3.13.0", "rabbitmq_version": "3.13.0",
+        "product_name": "amqp-server", "product_version": _version(),
+        "cluster_name": NODE, "node": NODE,
+        "object_totals": {
+            "connections": len(conns),
+            "channels": sum(len(c.channels) for c in conns),
+            "exchanges": sum(len(v.exchanges) for v in broker.vhosts.values()),
+            "queues": len(queues),
+            "consumers": sum(len(q.consumers) for q in queues)},
+        "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
+                         "messages_unacknowledged": unacked},
+        "message_stats": {"publish": sum(q.published for q in queues),
+                          "deliver_get": sum(q.delivered for q in queues),
+                          "ack": sum(q.acked for q in queues)},
+        "listeners": [{"node": NODE, "protocol": "amqp", "port": broker.config.port}],
+    })
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+async def whoami(request: web.Request) -> web.Response:
+    user = request[USER_KEY]
+    return web.json_response({"name": user.name, "tags": list(user.tags)})
+
+
+async def list_vhosts(request: web.Request) -> web.Response:
+    return _listing(request, [_vhost_json(v) for v in request.app[BROKER].vhosts.values()])
+
+
+async def get_vhost(request: web.Request) -> web.Response:
+    return web.json_response(_vhost_json(request.app[BROKER].vhosts[request.match_info["name"]]))
+
+
+def _vhost_json(vhost) -> dict:
+    ready = sum(len(q.ready) for q in vhost.queues.values())
+    unacked = sum(q.unacked for q in vhost.queues.values())
+    return {"name": vhost.name, "tracing": False, "messages": ready + unacked,
+            "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
+# ---- queues -------------------------------------------------------------------
+
+async def list_queues(request: web.Request) -> web.Response:
+    return _listing(request, [queue_json(q) for v in _vhosts(request)
+                              for q in v.queues.values()])
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    return web.json_response(queue_json(_vhost(request).queue(request.match_info["name"])))
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    name = request.match_info["name"]
+    body = await _body(request)
+    existed = name in vhost.queues
+    vhost.declare_queue(name, None, durable=flag(body, "durable", True),
+                        auto_delete=flag(body, "auto_delete", False),
+                        arguments=table(body.get("arguments")))
+    return web.Response(status=204 if existed else 201)
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    queue = vhost.queue(request.match_info["name"])
+    vhost.delete_queue(queue, request.query.get("if-unused") == "true",
+                       request.query.get("if-empty") == "true")
+    return web.Response(status=204)
+
+
+async def purge_queue(request: web.Request) -> web.Response:
+    _vhost(request).queue(request.match_info["name"]).purge()
+    return web.Response(status=204)
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    queue = _vhost(request).queue(request.match_info["name"])
+    body = await _body(request)
+    try:
+        got = messages.get(queue, integer(body, "count", 1), body.get("ackmode", "ack_requeue_true"),
+                           body.get("encoding", "auto"), body.get("truncate"))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return web.json_response(got)
+
+
+# ---- exchanges and bindings ---------------------------------------------------
+
+async def list_exchanges(request: web.Request) -> web.Response:
+    return _listing(request, [exchange_json(x) for v in _vhosts(request)
+                              for x in v.exchanges.values()])
+
+
+def _exchange_name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    return "" if name == "amq.default" else name
+
+
+async def get_exchange(request: web.Request) -> web.Response:
+    return web.json_response(exchange_json(_vhost(request).exchange(_exchange_name(request))))
+
+
+async def put_exchange(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    name = _exchange_name(request)
+    body = await _body(request)
+    existed = name in vhost.exchanges
+    vhost.declare_exchange(name, str(body.get("type", "")), False,
+                           flag(body, "durable", True), flag(body, "auto_delete", False),
+                           flag(body, "internal", False), table(body.get("arguments")))
+    return web.Response(status=204 if existed else 201)
+
+
+async def delete_exchange(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    name = _exchange_name(request)
+    vhost.exchange(name)
+    vhost.delete_exchange(name, request.query.get("if-unused") == "true")
+    return web.Response(status=204)
+
+
+async def publish(request: web.Request) -> web.Response:
+    vhost = _vhost(request)
+    exchange = vhost.exchange(_exchange_name(request))
+    body = await _body(request)
+    try:
+        routed = messages.publish(vhost, exchange, body)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return web.json_response({"routed": routed})
+
+
+async def list_bindings(request: web.Request) -> web.Response:
+    return _listing(request, [b for v in _vhosts(request) for b in vhost_bindings(v)])
+
+
+def _binding_ends(request: web.Request):
+    vhost = _vhost(request)
+    source = vhost.exchange(request.match_info["source"])
+    kind = request.match_info["kind"]
+    if kind == "q":
+        destination = vhost.queue(request.match_info["destination"])
+    elif kind == "e":
+        destination = vhost.exchange(request.match_info["destination"])
+    else:
+        raise KeyError(kind)
+    return vhost, source, destination
+
+
+async def bindings_between(request: web.Request) -> web.Response:
+    vhost, source, destination = _binding_ends(request)
+    return web.json_response([
+        binding_json(vhost.name, source.name, b.destination, b.routing_key, b.arguments)
+        for b in source.bindings.values() if b.destination is destination])
+
+
+async def add_binding(request: web.Request) -> web.Response:
+    vhost, source, destination = _binding_ends(request)
+    body = await _body(request)
+    vhost.bind(source.name, destination, str(body.get("routing_key", "")),
+               table(body.get("arguments")))
+    return web.Response(status=201)
+
+
+async def delete_binding(request: web.Request) -> web.Response:
+    vhost, source, destination = _binding_ends(request)
+    key = request.match_info["props"]
+    for binding in list(source.bindings.values()):
+        shape = binding_json(vhost.name, source.name, binding.destination,
+                             binding.routing_key, binding.arguments)
+        if binding.destination is destination and shape["properties_key"] == key:
+            vhost.unbind(source.name, destination, binding.routing_key, binding.arguments)
+            return web.Response(status=204)
+    return not_found()
+
+
+# ---- policies -----------------------------------------------------------------
+
+def _policy_routes(operator: bool):
+    async def listing(request: web.Request) -> web.Response:
+        store = request.app[BROKER].policies
+        names = [v.name for v in _vhosts(request)]
+        return _listing(request, [p.as_json() for name in names
+                                  for p in store.in_vhost(name, operator)])
+
+    async def get(request: web.Request) -> web.Response:
+        store = request.app[BROKER].policies
+        policy = store.table(operator)[(request.match_info["vhost"], request.match_info["name"])]
+        return web.json_response(policy.as_json())
+
+    async def put(request: web.Request) -> web.Response:
+        broker = request.app[BROKER]
+        vhost, name = request.match_info["vhost"], request.match_info["name"]
+        body = await _body(request)
+        if "pattern" not in body or "definition" not in body:
+            raise BadRequest("Validation failed\n\npattern and definition are mandatory\n")
+        existed = (vhost, name) in broker.policies.table(operator)
+        try:
+            broker.set_policy(vhost, name, body["pattern"], body["definition"],
+                              integer(body, "priority", 0), body.get("apply-to") or "all",
+                              operator)
+        except PolicyError as exc:
+            raise BadRequest(f"Validation failed\n\n{exc}\n") from None
+        return web.Response(status=204 if existed else 201)
+
+    async def delete(request: web.Request) -> web.Response:
+        request.app[BROKER].clear_policy(request.match_info["vhost"],
+                                         request.match_info["name"], operator)
+        return web.Response(status=204)
+
+    return listing, get, put, delete
+
+
+# ---- connections, channels, consumers ----------------------------------------
+
+async def list_connections(request: web.Request) -> web.Response:
+    return _listing(request, [connection_json(c) for c in request.app[BROKER].connections])
+
+
+async def get_connection(request: web.Request) -> web.Response:
+    return web.json_response(connection_json(_connection(request)))
+
+
+async def close_connection(request: web.Request) -> web.Response:
+    conn = _connection(request)
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    conn.shutdown(320, f"CONNECTION_FORCED - {reason}")
+    return web.Response(status=204)
+
+
+def _connection(request: web.Request):
+    name = request.match_info["name"]
+    for conn in request.app[BROKER].connections:
+        if conn.name == name:
+            return conn
+    raise KeyError(name)
+
+
+async def list_channels(request: web.Request) -> web.Response:
+    return _listing(request, [channel_json(c, ch) for c in request.app[BROKER].connections
+                              for ch in c.channels.values()])
+
+
+async def list_consumers(request: web.Request) -> web.Response:
+    wanted = {v.name for v in _vhosts(request)}
+    return _listing(request, [
+        consumer_json(c, ch, consumer) for c in request.app[BROKER].connections
+        for ch in c.channels.values() for consumer in ch.consumers.values()
+        if consumer.queue.vhost in wanted])
+
+
+# ---- definitions --------------------------------------------------------------
+
+async def export_definitions(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    return web.json_response(definitions.export(broker, request.match_info.get("vhost")))
+
+
+async def import_definitions(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    body = await _body(request)
+    try:
+        definitions.import_(broker, body, request.match_info.get("vhost"))
+    except KeyError as exc:
+        raise BadRequest(f"definitions: missing field {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise BadRequest(str(exc)) from None
+    return web.Response(status=204)
+
+
+async def prometheus(request: web.Request) -> web.Response:
+    return web.Response(text=metrics.render(request.app[BROKER]),
+                        content_type="text/plain", charset="utf-8")
+
+
+def make_app(broker) -> web.Application:
+    app = web.Application(middlewares=[auth_and_errors])
+    app[BROKER] = broker
+    r = app.router
+    r.add_get("/api/overview", overview)
+    r.add_get("/api/whoami", whoami)
+    r.add_get("/api/vhosts", list_vhosts)
+    r.add_get("/api/vhosts/{name}", get_vhost)
+    r.add_get("/api/queues", list_queues)
+    r.add_get("/api/queues/{vhost}", list_queues)
+    r.add_get("/api/queues/{vhost}/{name}", get_queue)
+    r.add_put("/api/queues/{vhost}/{name}", put_queue)
+    r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
+    r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
+    r.add_post("/api/queues/{vhost}/{name}/get", get_messages)
+    r.add_get("/api/exchanges", list_exchanges)
+    r.add_get("/api/exchanges/{vhost}", list_exchanges)
+    r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
+    r.add_put("/api/exchanges/{vhost}/{name}", put_exchange)
+    r.add_delete("/api/exchanges/{vhost}/{name}", delete_exchange)
+    r.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
+    r.add_get("/api/bindings", list_bindings)
+    r.add_get("/api/bindings/{vhost}", list_bindings)
+    r.add_get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", bindings_between)
+    r.add_post("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", add_binding)
+    r.add_delete("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+                 delete_binding)
+    for prefix, operator in (("/api/policies", False), ("/api/operator-policies", True)):
+        listing, get, put, delete = _policy_routes(operator)
+        r.add_get(prefix, listing)
+        r.add_get(prefix + "/{vhost}", listing)
+        r.add_get(prefix + "/{vhost}/{name}", get)
+        r.add_put(prefix + "/{vhost}/{name}", put)
+        r.add_delete(prefix + "/{vhost}/{name}", delete)
+    r.add_get("/api/connections", list_connections)
+    r.add_get("/api/connections/{name}", get_connection)
+    r.add_delete("/api/connections/{name}", close_connection)
+    r.add_get("/api/channels", list_channels)
+    r.add_get("/api/consumers", list_consumers)
+    r.add_get("/api/consumers/{vhost}", list_consumers)
+    r.add_get("/api/definitions", export_definitions)
+    r.add_get("/api/definitions/{vhost}", export_definitions)
+    r.add_post("/api/definitions", import_definitions)
+    r.add_post("/api/definitions/{vhost}", import_definitions)
+    r.add_get("/metrics", prometheus)
+    return app
+
+
+class ManagementServer:
+    def __init__(self, broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(make_app(self.broker), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -1,0 +1,116 @@
+"""Getting and publishing messages over HTTP (/api/queues/.../get and
+/api/exchanges/.../publish), with RabbitMQ's ackmodes and payload encodings."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import fields
+
+from ..broker.message import InvalidMessage, Message
+from ..wire.frames import content_header, shortstr
+from ..wire.properties import Properties, encode_properties
+from ..wire.table import FieldTable
+from .shapes import jsonable
+
+ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true",
+            "reject_requeue_false")
+_PROPERTY_NAMES = {f.name for f in fields(Properties)}
+_INTEGER_PROPERTIES = ("delivery_mode", "priority", "timestamp")
+
+
+def get(queue, count: int, ackmode: str, encoding: str, truncate) -> list[dict]:
+    """Take up to `count` messages; requeue, drop or dead-letter them as
+    `ackmode` says (reject_requeue_false dead-letters, as in RabbitMQ)."""
+    if ackmode not in ACKMODES:
+        raise ValueError(f"ackmode must be one of {', '.join(ACKMODES)}")
+    if encoding not in ("auto", "base64"):
+        raise ValueError("encoding must be auto or base64")
+    limit = int(truncate) if truncate not in (None, "") else None
+    taken, shown = [], []
+    for _ in range(max(0, count)):
+        entry = queue.take_one()
+        if entry is None:
+            break
+        taken.append(entry)
+        shown.append(_message_json(entry, len(queue.ready), encoding, limit))
+    if ackmode.endswith("requeue_true"):
+        queue.requeue(taken)
+    elif ackmode == "ack_requeue_false":
+        queue.settle(len(taken))
+    else:
+        queue.reject(taken)
+    return shown
+
+
+def _message_json(entry, remaining: int, encoding: str, limit: int | None) -> dict:
+    message = entry.message
+    body = message.body
+    payload = body[:limit] if limit is not None else body
+    text = None
+    if encoding == "auto":
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    props = {k: jsonable(v) for k, v in message.properties.as_dict().items()}
+    return {
+        "payload_bytes": len(body),
+        "redelivered": entry.redelivered,
+        "exchange": message.exchange,
+        "routing_key": message.routing_key,
+        "message_count": remaining,
+        "properties": props,
+        "payload": text if text is not None else base64.b64encode(payload).decode(),
+        "payload_encoding": "string" if text is not None else "base64",
+    }
+
+
+def publish(vhost, exchange, body: dict) -> bool:
+    """Route one message; True when at least one queue took it."""
+    routing_key = str(body.get("routing_key", ""))
+    payload = body.get("payload", "")
+    encoding = body.get("payload_encoding", "string")
+    if encoding == "string":
+        raw = str(payload).encode("utf-8")
+    elif encoding == "base64":
+        try:
+            raw = base64.b64decode(str(payload), validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"payload is not valid base64: {exc}") from None
+    else:
+        raise ValueError("payload_encoding must be string or base64")
+    props = _properties(body.get("properties") or {})
+    header = content_header(len(raw), encode_properties(props))
+    message = Message(exchange.name, routing_key,
+                      shortstr(exchange.name) + shortstr(routing_key), header, raw)
+    try:
+        message.inspect()
+    except InvalidMessage as exc:
+        raise ValueError(str(exc)) from None
+    queues = vhost.route(exchange, message.routing_keys, message)
+    accepted = [queue.enqueue(message) for queue in queues]
+    return bool(accepted)
+
+
+def _properties(given: dict) -> Properties:
+    if not isinstance(given, dict):
+        raise ValueError("properties must be a JSON object")
+    unknown = sorted(set(given) - _PROPERTY_NAMES)
+    if unknown:
+        raise ValueError(f"unknown message properties: {', '.join(unknown)}")
+    values = {}
+    for name, value in given.items():
+        if name == "headers":
+            if not isinstance(value, dict):
+                raise ValueError("headers must be a JSON object")
+            value = FieldTable(value)
+        elif name in _INTEGER_PROPERTIES:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must be an integer") from None
+        else:
+            value = str(value)
+        values[name] = value
+    return Properties(**values)

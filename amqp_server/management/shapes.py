@@ -1,0 +1,179 @@
+"""Broker objects as the RabbitMQ management API shapes them in JSON, so
+rabbitmqadmin and other tools read them unchanged."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import hashlib
+
+from dlx.dead_letter import DROP_CAUSES
+from dlx.deaths import REASONS
+
+from ..wire.table import FieldTable, Timestamp, encode_table
+
+NODE = "amqp-server@localhost"
+
+
+def jsonable(value):
+    """A decoded field value as RabbitMQ's API renders it."""
+    if isinstance(value, dict):
+        return {key: jsonable(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Timestamp):
+        return int(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
+
+
+def properties_key(routing_key: str, arguments: FieldTable) -> str:
+    """rabbit_mgmt_format:args_hash-style key naming one binding in a URL."""
+    if not arguments:
+        return routing_key or "~"
+    digest = base64.urlsafe_b64encode(hashlib.md5(encode_table(arguments)).digest())
+    return f"{routing_key}~{digest.decode().rstrip('=')}"
+
+
+def dead_letter_counters(queue) -> dict:
+    stats = queue.stats
+    dropped: dict[str, int] = {cause: 0 for cause in DROP_CAUSES}
+    for (cause, _reason), count in stats["dropped"].items():
+        dropped[cause] = dropped.get(cause, 0) + count
+    return {
+        "dead_lettered": {reason: stats["dead_lettered"].get(reason, 0) for reason in REASONS},
+        "dead_letter_dropped": dropped,
+        "dead_letter_dropped_by_reason": {
+            f"{cause}/{reason}": count for (cause, reason), count in stats["dropped"].items()},
+        "expired": stats["expired"],
+        "rejected_publishes": stats["rejected_publishes"],
+        "dead_letter_held": len(queue.dlx_pending),
+    }
+
+
+def queue_json(queue) -> dict:
+    policy = queue.policy
+    operator = queue.operator_policy
+    effective = {}
+    if operator is not None:
+        effective.update(operator.definition)
+    if policy is not None:
+        effective.update(policy.definition)
+    return {
+        "name": queue.name,
+        "vhost": queue.vhost,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive,
+        "arguments": jsonable(queue.arguments),
+        "type": queue.settings.queue_type,
+        "node": NODE,
+        "state": "running",
+        "messages": len(queue.ready) + queue.unacked,
+        "messages_ready": len(queue.ready),
+        "messages_unacknowledged": queue.unacked,
+        "message_bytes_ready": queue.ready_bytes,
+        "consumers": len(queue.consumers),
+        "policy": policy.name if policy else None,
+        "operator_policy": operator.name if operator else None,
+        "effective_policy_definition": effective,
+        "message_stats": {"publish": queue.published, "deliver_get": queue.delivered,
+                          "ack": queue.acked},
+        **dead_letter_counters(queue),
+    }
+
+
+def exchange_json(exchange) -> dict:
+    return {
+        "name": exchange.name,
+        "vhost": exchange.vhost,
+        "type": exchange.type_name,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": jsonable(exchange.arguments),
+        "policy": exchange.policy.name if exchange.policy else None,
+        "user_who_performed_action": "",
+    }
+
+
+def binding_json(vhost: str, source: str, destination, routing_key: str,
+                 arguments: FieldTable) -> dict:
+    return {
+        "source": source,
+        "vhost": vhost,
+        "destination": destination.name,
+        "destination_type": "queue" if destination.is_queue else "exchange",
+        "routing_key": routing_key,
+        "arguments": jsonable(arguments),
+        "properties_key": properties_key(routing_key, arguments),
+    }
+
+
+def vhost_bindings(vhost) -> list[dict]:
+    """Every binding, the default exchange's implicit ones first (RabbitMQ)."""
+    found = [binding_json(vhost.name, "", queue, queue.name, FieldTable())
+             for queue in vhost.queues.values()]
+    for exchange in vhost.exchanges.values():
+        for binding in exchange.bindings.values():
+            found.append(binding_json(vhost.name, exchange.name, binding.destination,
+                                      binding.routing_key, binding.arguments))
+    return found
+
+
+def connection_json(conn) -> dict:
+    user = conn.user.name if conn.user is not None else None
+    props = conn.client_properties or {}
+    return {
+        "name": conn.name,
+        "node": NODE,
+        "user": user,
+        "vhost": conn.vhost.name if conn.vhost is not None else None,
+        "peer_host": conn.peer_host,
+        "channels": len(conn.channels),
+        "frame_max": conn.frame_max,
+        "channel_max": conn.channel_max,
+        "timeout": conn.heartbeat,
+        "protocol": "AMQP 0-9-1",
+        "state": "running",
+        "client_properties": jsonable(props),
+    }
+
+
+def channel_json(conn, channel) -> dict:
+    return {
+        "name": f"{conn.name} ({channel.number})",
+        "number": channel.number,
+        "node": NODE,
+        "user": conn.user.name if conn.user is not None else None,
+        "vhost": conn.vhost.name if conn.vhost is not None else None,
+        "connection_details": {"name": conn.name, "peer_host": conn.peer_host},
+        "consumer_count": len(channel.consumers),
+        "messages_unacknowledged": len(channel.unacked),
+        "prefetch_count": channel.consumer_prefetch,
+        "global_prefetch_count": channel.global_prefetch,
+        "confirm": channel.confirm,
+        "transactional": channel.tx is not None,
+        "state": "running",
+    }
+
+
+def consumer_json(conn, channel, consumer) -> dict:
+    return {
+        "consumer_tag": consumer.tag,
+        "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost},
+        "channel_details": {"name": f"{conn.name} ({channel.number})",
+                            "number": channel.number, "connection_name": conn.name,
+                            "peer_host": conn.peer_host},
+        "ack_required": not consumer.no_ack,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch,
+        "arguments": jsonable(consumer.arguments or {}),
+        "active": True,
+    }
