@@ -33,7 +33,8 @@ from .shapes import (
 )
 
 MANAGEMENT_TAGS = {"administrator", "management", "monitoring", "policymaker"}
-USER_KEY = web.AppKey("user", object)
+# aiohttp >= 3.12 wants typed request keys; older ones take a string.
+USER_KEY = web.RequestKey("user", object) if hasattr(web, "RequestKey") else "user"
 BROKER = web.AppKey("broker", object)
 
 

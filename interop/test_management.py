@@ -1,0 +1,217 @@
+"""The management HTTP API and amqpctl against a running broker, with pika
+observing the effect on real queues."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pika
+import pytest
+
+from amqp_server.testing import BrokerThread
+from policies import ctl
+
+
+def http(broker, method: str, path: str, body=None, auth=("guest", "guest")):
+    data = json.dumps(body).encode() if body is not None else None
+    token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    request = urllib.request.Request(broker.management_url + path, data=data, method=method,
+                                     headers={"Authorization": f"Basic {token}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, (json.loads(raw) if raw and response.headers.get(
+                "Content-Type", "").startswith("application/json") else raw.decode())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def amqpctl(broker, *argv: str) -> int:
+    port = str(broker.server.management.port)
+    return ctl.main(["--port", port, *argv])
+
+
+def wait_get(channel, queue, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        method, props, body = channel.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return method, props, body
+        time.sleep(0.02)
+    return None, None, None
+
+
+def test_queue_lifecycle_and_errors(broker):
+    assert http(broker, "PUT", "/api/queues/%2F/work", {"durable": "true", "arguments":
+                                                         {"x-max-length": 3}})[0] == 201
+    assert http(broker, "PUT", "/api/queues/%2F/work", {"durable": True, "arguments":
+                                                         {"x-max-length": 3}})[0] == 204
+    status, body = http(broker, "PUT", "/api/queues/%2F/work", {"durable": False})
+    assert status == 400 and "inequivalent arg 'durable'" in body["reason"]
+    status, queue = http(broker, "GET", "/api/queues/%2F/work")
+    assert queue["arguments"] == {"x-max-length": 3} and queue["type"] == "classic"
+    assert queue["dead_lettered"] == {"rejected": 0, "expired": 0, "maxlen": 0,
+                                      "delivery_limit": 0}
+    assert http(broker, "GET", "/api/queues/%2F/missing") == (
+        404, {"error": "Object Not Found", "reason": "Not Found"})
+    assert http(broker, "GET", "/api/queues", auth=("guest", "bad"))[0] == 401
+    assert http(broker, "DELETE", "/api/queues/%2F/work")[0] == 204
+    assert http(broker, "GET", "/api/vhosts/%2F")[1]["name"] == "/"
+
+
+def test_publish_get_and_dead_letter_over_http(broker):
+    http(broker, "PUT", "/api/exchanges/%2F/dlx", {"type": "fanout"})
+    http(broker, "PUT", "/api/queues/%2F/dlq", {})
+    assert http(broker, "POST", "/api/bindings/%2F/e/dlx/q/dlq", {"routing_key": ""})[0] == 201
+    http(broker, "PUT", "/api/queues/%2F/work", {"arguments": {"x-dead-letter-exchange": "dlx"}})
+    status, reply = http(broker, "POST", "/api/exchanges/%2F/amq.default/publish", {
+        "routing_key": "work", "payload": "poison", "payload_encoding": "string",
+        "properties": {"headers": {"trace": "t1"}, "delivery_mode": 2}})
+    assert status == 200 and reply == {"routed": True}
+    peeked = http(broker, "POST", "/api/queues/%2F/work/get",
+                  {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[1]
+    assert peeked[0]["payload"] == "poison" and peeked[0]["properties"]["headers"] == {"trace": "t1"}
+    http(broker, "POST", "/api/queues/%2F/work/get", {"count": 1, "ackmode": "reject_requeue_false"})
+    (dead,) = http(broker, "POST", "/api/queues/%2F/dlq/get",
+                   {"count": 5, "ackmode": "ack_requeue_false"})[1]
+    assert dead["redelivered"] is False
+    assert dead["properties"]["headers"]["x-death"][0]["reason"] == "rejected"
+    assert http(broker, "GET", "/api/queues/%2F/work")[1]["dead_lettered"]["rejected"] == 1
+    metrics = http(broker, "GET", "/metrics")[1]
+    assert 'amqp_queue_messages_dead_lettered_total{vhost="/",queue="work",reason="rejected"} 1' \
+        in metrics
+
+
+def test_bad_policy_and_definitions_round_trip(broker):
+    status, body = http(broker, "PUT", "/api/policies/%2F/bad",
+                        {"pattern": ".*", "definition": {"message-ttl": "soon"}})
+    assert status == 400 and '<<"soon">> is not a valid message TTL' in body["reason"]
+    http(broker, "PUT", "/api/policies/%2F/ttl", {"pattern": "^q", "definition":
+                                                   {"message-ttl": 500}, "apply-to": "queues"})
+    http(broker, "PUT", "/api/queues/%2F/q1", {"arguments": {"x-max-length": 2}})
+    exported = http(broker, "GET", "/api/definitions")[1]
+    assert {"name": "ttl", "pattern": "^q", "apply-to": "queues", "definition":
+            {"message-ttl": 500}, "priority": 0, "vhost": "/"} in exported["policies"]
+    with BrokerThread() as other:
+        assert http(other, "POST", "/api/definitions", exported)[0] == 204
+        queue = http(other, "GET", "/api/queues/%2F/q1")[1]
+        assert queue["policy"] == "ttl" and queue["arguments"] == {"x-max-length": 2}
+
+
+def test_connections_are_listed_and_closable(broker, connection):
+    (listed,) = http(broker, "GET", "/api/connections")[1]
+    assert listed["user"] == "guest" and listed["vhost"] == "/"
+    name = urllib.request.quote(listed["name"], safe="")
+    assert http(broker, "DELETE", f"/api/connections/{name}")[0] == 204
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        connection.channel().queue_declare("", exclusive=True)
+        connection.process_data_events(time_limit=1)
+    assert info.value.reply_code == 320
+
+
+# ---- amqpctl ----------------------------------------------------------------
+
+def test_policy_through_amqpctl_drives_live_dead_lettering(broker, channel, capsys):
+    channel.exchange_declare("policy-dlx", "fanout")
+    channel.queue_declare("dlq")
+    channel.queue_bind("dlq", "policy-dlx")
+    channel.exchange_declare("arg-dlx", "fanout")
+    channel.queue_declare("arg-dlq")
+    channel.queue_bind("arg-dlq", "arg-dlx")
+    channel.queue_declare("work")
+    channel.queue_declare("pinned", arguments={"x-dead-letter-exchange": "arg-dlx"})
+    assert amqpctl(broker, "set_policy", "--apply-to", "queues", "DLX", "^(work|pinned)$",
+                   '{"dead-letter-exchange": "policy-dlx"}') == 0
+    for queue in ("work", "pinned"):
+        channel.basic_publish("", queue, queue.encode())
+        method, _, _ = channel.basic_get(queue)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_get(channel, "dlq")[2] == b"work"        # the policy applies
+    assert wait_get(channel, "arg-dlq")[2] == b"pinned"  # the argument wins
+    capsys.readouterr()
+    assert amqpctl(broker, "list_queues", "name", "policy", "messages", "-q") == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "name\tpolicy\tmessages"
+    assert "work\tDLX\t0" in rows
+    assert amqpctl(broker, "clear_policy", "DLX") == 0
+    channel.basic_publish("", "work", b"after")
+    method, _, _ = channel.basic_get("work")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_get(channel, "dlq", timeout=0.3)[0] is None  # argument-only again: dropped
+
+
+def test_amqpctl_errors(broker, capsys):
+    assert amqpctl(broker, "set_policy", "p", ".*", "{not json") == ctl.EX_DATAERR
+    assert "could not parse JSON" in capsys.readouterr().err
+    assert amqpctl(broker, "set_policy", "p", ".*", '{"message-ttl": -5}') == ctl.EX_DATAERR
+    assert "-5 is not a valid message TTL" in capsys.readouterr().err
+    assert amqpctl(broker, "clear_policy", "never") == ctl.EX_DATAERR
+    assert "policy 'never' not found in vhost '/'" in capsys.readouterr().err
+    assert ctl.main(["--port", str(broker.server.management.port), "--password", "wrong",
+                     "list_queues"]) == ctl.EX_NOPERM
+    assert ctl.main(["--port", "1", "list_queues"]) == ctl.EX_UNAVAILABLE
+    assert "unable to reach the management API" in capsys.readouterr().err
+    assert ctl.main(["list_queues", "--bogus-flag"]) == ctl.EX_USAGE
+    assert ctl.main(["no_such_verb"]) == ctl.EX_USAGE
+
+
+def test_policies_survive_a_restart(capsys):
+    data_dir = tempfile.mkdtemp(prefix="amqp-restart-")
+    try:
+        with BrokerThread(data_dir=data_dir) as first:
+            assert amqpctl(first, "set_policy", "--priority", "3", "limit", "^q",
+                           '{"max-length": 7}') == 0
+        with BrokerThread(data_dir=data_dir) as second:
+            capsys.readouterr()
+            assert amqpctl(second, "list_policies", "--formatter", "json") == 0
+            (policy,) = json.loads(capsys.readouterr().out)
+            assert policy["name"] == "limit" and policy["priority"] == 3
+            assert http(second, "PUT", "/api/queues/%2F/q", {})[0] == 201
+            assert http(second, "GET", "/api/queues/%2F/q")[1]["policy"] == "limit"
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# ---- the real rabbitmqadmin -------------------------------------------------
+
+RABBITMQADMIN = shutil.which("rabbitmqadmin")
+
+
+@pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin not installed (it ships in "
+                    "Debian's rabbitmq-server package)")
+def test_rabbitmqadmin_works_unchanged(broker):
+    port = str(broker.server.management.port)
+
+    def admin(*args: str) -> str:
+        done = subprocess.run([RABBITMQADMIN, "-P", port, "-f", "tsv", *args],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    admin("declare", "exchange", "name=ex", "type=direct")
+    admin("declare", "queue", "name=rq", "durable=false", 'arguments={"x-max-length": 5}')
+    admin("declare", "binding", "source=ex", "destination=rq", "routing_key=k")
+    admin("declare", "policy", "name=pol", "pattern=^rq$", 'definition={"message-ttl": 60000}',
+          "apply-to=queues")
+    admin("publish", "exchange=ex", "routing_key=k", "payload=hello")
+    assert "rq\t1" in admin("list", "queues", "name", "messages")
+    assert "ex\tdirect" in admin("list", "exchanges", "name", "type")
+    assert "ex\trq\tk" in admin("list", "bindings", "source", "destination", "routing_key")
+    assert "pol" in admin("list", "policies")
+    assert "hello" in admin("get", "queue=rq", "ackmode=ack_requeue_false")
+    admin("delete", "binding", "source=ex", "destination_type=queue", "destination=rq",
+          "properties_key=k")
+    admin("delete", "policy", "name=pol")
+    admin("delete", "queue", "name=rq")
+    assert "rq" not in admin("list", "queues", "name")
+    done = subprocess.run([RABBITMQADMIN, "-P", port, "delete", "queue", "name=rq"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "Not found" in done.stdout + done.stderr

@@ -1,0 +1,268 @@
+"""amqpctl: a rabbitmqctl-like CLI that talks to the broker's management API.
+
+    amqpctl set_policy [--priority N] [--apply-to T] NAME PATTERN DEFINITION [-p VHOST]
+    amqpctl list_queues [-p VHOST] [name messages policy ...]
+
+Connection options come before the verb (or from AMQPCTL_HOST, AMQPCTL_PORT,
+AMQPCTL_USERNAME, AMQPCTL_PASSWORD); the vhost, --formatter and --quiet may
+come after it, as rabbitmqctl takes them.  Output is tab-separated with a
+header row, or JSON with --formatter json.  Failures print one line to
+stderr and exit with rabbitmqctl's codes (64 usage, 65 bad data, 69 broker
+unreachable, 77 access refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+EX_USAGE, EX_DATAERR, EX_UNAVAILABLE, EX_NOPERM = 64, 65, 69, 77
+
+DEFAULT_COLUMNS = {
+    "queues": ["name", "messages"],
+    "exchanges": ["name", "type"],
+    "bindings": ["source_name", "source_kind", "destination_name", "destination_kind",
+                 "routing_key", "arguments"],
+    "policies": ["vhost", "name", "pattern", "apply-to", "definition", "priority"],
+}
+
+
+class CtlError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Api:
+    def __init__(self, host: str, port: int, username: str, password: str) -> None:
+        self.base = f"http://{host}:{port}/api"
+        token = base64.b64encode(f"{username}:{password}".encode()).decode()
+        self.headers = {"Authorization": f"Basic {token}"}
+
+    def call(self, method: str, path: str, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        headers = dict(self.headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise _http_error(exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CtlError(f"unable to reach the management API at {self.base}: {reason}",
+                           EX_UNAVAILABLE) from None
+        return json.loads(raw) if raw else None
+
+
+def _http_error(exc: urllib.error.HTTPError) -> CtlError:
+    try:
+        reason = json.loads(exc.read()).get("reason", exc.reason)
+    except (ValueError, AttributeError):
+        reason = exc.reason
+    if exc.code == 401:
+        return CtlError("access refused: wrong username or password, or the user may not "
+                        "use the management API", EX_NOPERM)
+    if exc.code == 404:
+        return CtlError("not found", EX_DATAERR)
+    return CtlError(str(reason).strip().replace("Validation failed\n\n", ""), EX_DATAERR)
+
+
+def _vhost_path(vhost: str) -> str:
+    return quote(vhost, safe="")
+
+
+# ---- verbs -----------------------------------------------------------------
+
+def set_policy(api: Api, args, operator: bool = False) -> None:
+    try:
+        definition = json.loads(args.definition)
+    except json.JSONDecodeError as exc:
+        raise CtlError(f"could not parse JSON document: {exc}", EX_DATAERR) from None
+    kind = "operator-policies" if operator else "policies"
+    _say(args, f'Setting policy "{args.name}" for pattern "{args.pattern}" to '
+               f'"{args.definition}" with priority "{args.priority}" for vhost "{args.vhost}" ...')
+    api.call("PUT", f"/{kind}/{_vhost_path(args.vhost)}/{quote(args.name, safe='')}",
+             {"pattern": args.pattern, "definition": definition, "priority": args.priority,
+              "apply-to": args.apply_to})
+
+
+def clear_policy(api: Api, args, operator: bool = False) -> None:
+    kind = "operator-policies" if operator else "policies"
+    _say(args, f'Clearing policy "{args.name}" on vhost "{args.vhost}" ...')
+    try:
+        api.call("DELETE", f"/{kind}/{_vhost_path(args.vhost)}/{quote(args.name, safe='')}")
+    except CtlError as exc:
+        if str(exc) == "not found":
+            raise CtlError(f"policy '{args.name}' not found in vhost '{args.vhost}'",
+                           EX_DATAERR) from None
+        raise
+
+
+def list_policies(api: Api, args, operator: bool = False) -> None:
+    kind = "operator-policies" if operator else "policies"
+    _say(args, f'Listing policies for vhost "{args.vhost}" ...')
+    rows = api.call("GET", f"/{kind}/{_vhost_path(args.vhost)}")
+    _table(args, DEFAULT_COLUMNS["policies"], rows)
+
+
+def list_queues(api: Api, args) -> None:
+    _say(args, f"Listing queues for vhost {args.vhost} ...")
+    rows = api.call("GET", f"/queues/{_vhost_path(args.vhost)}")
+    _table(args, args.columns or DEFAULT_COLUMNS["queues"], rows)
+
+
+def list_exchanges(api: Api, args) -> None:
+    _say(args, f"Listing exchanges for vhost {args.vhost} ...")
+    rows = api.call("GET", f"/exchanges/{_vhost_path(args.vhost)}")
+    _table(args, args.columns or DEFAULT_COLUMNS["exchanges"], rows)
+
+
+def list_bindings(api: Api, args) -> None:
+    _say(args, f"Listing bindings for vhost {args.vhost}...")
+    rows = [{"source_name": b["source"], "source_kind": "exchange",
+             "destination_name": b["destination"], "destination_kind": b["destination_type"],
+             **b} for b in api.call("GET", f"/bindings/{_vhost_path(args.vhost)}")]
+    _table(args, args.columns or DEFAULT_COLUMNS["bindings"], rows)
+
+
+def purge_queue(api: Api, args) -> None:
+    _say(args, f'Purging queue "{args.name}" in vhost "{args.vhost}" ...')
+    _on_queue(api, args, "DELETE", "/contents")
+
+
+def delete_queue(api: Api, args) -> None:
+    _say(args, f"Deleting queue '{args.name}' on vhost '{args.vhost}' ...")
+    _on_queue(api, args, "DELETE", "")
+
+
+def _on_queue(api: Api, args, method: str, suffix: str) -> None:
+    try:
+        api.call(method, f"/queues/{_vhost_path(args.vhost)}/{quote(args.name, safe='')}{suffix}")
+    except CtlError as exc:
+        if str(exc) == "not found":
+            raise CtlError(f"queue '{args.name}' not found in vhost '{args.vhost}'",
+                           EX_DATAERR) from None
+        raise
+
+
+def export_definitions(api: Api, args) -> None:
+    document = api.call("GET", "/definitions")
+    text = json.dumps(document, indent=2)
+    if args.file == "-":
+        print(text)
+    else:
+        with open(args.file, "w") as handle:
+            handle.write(text)
+        _say(args, f"Exported definitions to {args.file}")
+
+
+def import_definitions(api: Api, args) -> None:
+    try:
+        with (sys.stdin if args.file == "-" else open(args.file)) as handle:
+            document = json.load(handle)
+    except OSError as exc:
+        raise CtlError(f"cannot read {args.file}: {exc.strerror}", EX_DATAERR) from None
+    except json.JSONDecodeError as exc:
+        raise CtlError(f"{args.file} is not valid JSON: {exc}", EX_DATAERR) from None
+    api.call("POST", "/definitions", document)
+    _say(args, f"Imported definitions from {args.file}")
+
+
+# ---- output -----------------------------------------------------------------
+
+def _say(args, text: str) -> None:
+    if not args.quiet and args.formatter != "json":
+        print(text)
+
+
+def _cell(value) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _table(args, columns: list[str], rows: list[dict]) -> None:
+    if args.formatter == "json":
+        print(json.dumps([{c: row.get(c) for c in columns} for row in rows]))
+        return
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join(_cell(row.get(c)) for c in columns))
+
+
+# ---- parsing ----------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="amqpctl",
+                                     description="Manage an amqp-server through its HTTP API.")
+    parser.add_argument("--host", default=env("AMQPCTL_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(env("AMQPCTL_PORT", "15672")),
+                        help="the management API port")
+    parser.add_argument("--username", default=env("AMQPCTL_USERNAME", "guest"))
+    parser.add_argument("--password", default=env("AMQPCTL_PASSWORD", "guest"))
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-p", "--vhost", default="/")
+    common.add_argument("--formatter", choices=["table", "json"], default="table")
+    common.add_argument("-q", "--quiet", action="store_true")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, func, help_text: str):
+        sub = verbs.add_parser(name, parents=[common], help=help_text)
+        sub.set_defaults(func=func)
+        return sub
+
+    for prefix, operator in (("", False), ("operator_", True)):
+        kind = "operator policy" if operator else "policy"
+        sub = verb(f"set_{prefix}policy",
+                   lambda api, a, o=operator: set_policy(api, a, o), f"set a {kind}")
+        sub.add_argument("--priority", type=int, default=0)
+        sub.add_argument("--apply-to", default="all")
+        sub.add_argument("name")
+        sub.add_argument("pattern")
+        sub.add_argument("definition")
+        verb(f"clear_{prefix}policy", lambda api, a, o=operator: clear_policy(api, a, o),
+             f"clear a {kind}").add_argument("name")
+        verb(f"list_{prefix}policies", lambda api, a, o=operator: list_policies(api, a, o),
+             f"list {kind} entries")
+    for name, func in (("list_queues", list_queues), ("list_exchanges", list_exchanges),
+                       ("list_bindings", list_bindings)):
+        verb(name, func, name.replace("_", " ")).add_argument("columns", nargs="*")
+    verb("purge_queue", purge_queue, "purge a queue").add_argument("name")
+    verb("delete_queue", delete_queue, "delete a queue").add_argument("name")
+    verb("export_definitions", export_definitions,
+         "write definitions to FILE ('-' for stdout)").add_argument("file")
+    verb("import_definitions", import_definitions,
+         "load definitions from FILE ('-' for stdin)").add_argument("file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EX_USAGE if exc.code not in (0, None) else 0
+    api = Api(args.host, args.port, args.username, args.password)
+    try:
+        args.func(api, args)
+    except CtlError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
