@@ -33,6 +33,10 @@ class BrokerConfig:
     close_timeout: float = 3.0
     # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period).
     message_expiry_scan_period: int = 1000
+    # Who wins for dead-letter-exchange, dead-letter-routing-key,
+    # dead-letter-strategy and overflow when a queue argument and a policy
+    # both set one: "argument" (RabbitMQ) or "policy" (central control).
+    policy_precedence: str = "argument"
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":
@@ -60,6 +64,9 @@ class BrokerConfig:
                 raise ConfigError(
                     f"config key {key!r} must be {expected.__name__}, got {value!r}")
             setattr(config, key, value)
+        if config.policy_precedence not in ("argument", "policy"):
+            raise ConfigError("config key 'policy_precedence' must be \"argument\" or "
+                              f"\"policy\", got {config.policy_precedence!r}")
         return config
 
 

@@ -54,7 +54,9 @@ _KNOWN = {f.name for f in fields(QueueSettings)}
 
 
 def resolve(arguments: FieldTable | None, policy: dict | None = None,
-            operator_policy: dict | None = None) -> QueueSettings:
+            operator_policy: dict | None = None, policy_wins: bool = False) -> QueueSettings:
+    """`policy_wins` flips the argument-first keys for sites that want
+    central control (config `policy_precedence = "policy"`)."""
     arguments = arguments or FieldTable()
     policy = policy or {}
     operator_policy = operator_policy or {}
@@ -66,7 +68,8 @@ def resolve(arguments: FieldTable | None, policy: dict | None = None,
         argument = _plain(arguments.get(setting.argument)) if setting.argument else None
         from_policy = _plain(policy.get(setting.key))
         if setting.merge == ARGUMENT_WINS:
-            value = argument if argument is not None else from_policy
+            first, second = (from_policy, argument) if policy_wins else (argument, from_policy)
+            value = first if first is not None else second
         else:
             value = _smaller(argument, from_policy)
             value = _smaller(value, _plain(operator_policy.get(setting.key)))

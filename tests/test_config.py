@@ -38,3 +38,10 @@ def test_cli_rejects_bad_input(capsys, tmp_path):
     assert "config file not found" in capsys.readouterr().err
     assert main(["--port", "70000"]) == 2
     assert "--port must be 0-65535" in capsys.readouterr().err
+
+
+def test_policy_precedence_is_checked(tmp_path):
+    path = tmp_path / "broker.toml"
+    path.write_text('policy_precedence = "sometimes"\n')
+    with pytest.raises(ConfigError, match="policy_precedence"):
+        BrokerConfig.load(path)

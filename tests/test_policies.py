@@ -96,6 +96,16 @@ def test_argument_beats_policy_and_smaller_limit_wins():
     assert queue.settings.max_length == 2
 
 
+def test_policy_precedence_switch_lets_the_policy_win():
+    broker = Broker(BrokerConfig(policy_precedence="policy"))
+    queue = broker.vhosts["/"].declare_queue(
+        "q", None, arguments=FieldTable({"x-dead-letter-exchange": "from-arg",
+                                         "x-max-length": 1}))
+    broker.set_policy("/", "p", ".*", {"dead-letter-exchange": "from-policy", "max-length": 5})
+    assert queue.settings.dead_letter_exchange == "from-policy"
+    assert queue.settings.max_length == 1  # numeric limits: still the smaller
+
+
 def test_gaining_a_max_length_trims_at_once():
     broker, vhost, queue = _broker_with_queue()
     vhost.declare_queue("dlq", None)

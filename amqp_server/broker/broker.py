@@ -34,7 +34,8 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.timers, self.policies)
+            vhost = self.vhosts[name] = VirtualHost(
+                name, self.timers, self.policies, self.config.policy_precedence == "policy")
         return vhost
 
     def authenticate(self, username: str, password: str) -> User | None:

@@ -107,10 +107,11 @@ def assert_args_equivalent(current: FieldTable, requested: FieldTable,
 
 class VirtualHost:
     def __init__(self, name: str, timers: Timers | None = None,
-                 policies: PolicyStore | None = None) -> None:
+                 policies: PolicyStore | None = None, policy_wins: bool = False) -> None:
         self.name = name
         self.timers = timers or Timers()
         self.policies = policies or PolicyStore()
+        self.policy_wins = policy_wins
         self.dead_letterer = DeadLetterer(self)
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
@@ -354,7 +355,7 @@ class VirtualHost:
         operator = match_queue(self.policies.in_vhost(self.name, operator=True), name,
                                queue_type)
         settings = resolve(arguments, policy.definition if policy else None,
-                           operator.definition if operator else None)
+                           operator.definition if operator else None, self.policy_wins)
         return settings, policy, operator
 
     def reapply_policies(self) -> None:
