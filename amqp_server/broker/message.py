@@ -32,6 +32,8 @@ from ..wire.table import FieldTable, encode_table_pairs
 HEADER_PREFIX = 12
 _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
 _FLAG_EXPIRATION = 0x01   # high byte of the flags: bit 8
+# header[HEADER_PREFIX] & INSPECT_FLAGS: the message needs `inspect()`.
+INSPECT_FLAGS = _FLAG_HEADERS | _FLAG_EXPIRATION
 ROUTING_HEADERS = ("CC", "BCC")
 _U32 = struct.Struct(">I")
 
@@ -65,7 +67,7 @@ class Message:
         there: CC/BCC routing keys (BCC is then removed, as RabbitMQ does)
         and the per-message TTL.  Raises InvalidMessage with RabbitMQ's text."""
         flags = self.header[HEADER_PREFIX] if len(self.header) > HEADER_PREFIX else 0
-        if not flags & (_FLAG_HEADERS | _FLAG_EXPIRATION):
+        if not flags & INSPECT_FLAGS:
             return
         try:
             props = self.properties

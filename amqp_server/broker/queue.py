@@ -117,9 +117,21 @@ class Queue:
             entry = Entry(self.next_seq, message)
             self.next_seq += 1
             self.published += 1
+            consumers = self.consumers
+            if consumers and not self.ready:
+                # The hot path: straight to the next consumer with room.
+                for _ in range(len(consumers)):
+                    consumer = consumers[0]
+                    consumers.rotate(-1)
+                    if consumer.can_take():
+                        self.unacked += 1
+                        self.delivered += 1
+                        entry.delivery_count = 1
+                        consumer.take(self, entry)
+                        return ACCEPTED
             self.ready.append(entry)
             self.ready_bytes += len(message.body)
-            if self.consumers:
+            if consumers and len(self.ready) > 1:
                 self.dispatch()
             return ACCEPTED
         return self._enqueue_checked(message)

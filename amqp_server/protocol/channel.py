@@ -13,7 +13,7 @@ import struct
 
 from pamqp import commands as spec
 
-from ..broker.message import InvalidMessage, Message
+from ..broker.message import HEADER_PREFIX, INSPECT_FLAGS, InvalidMessage, Message
 from ..broker.queue import REJECTED
 from ..broker.vhost import server_generated_name
 from ..errors import (
@@ -208,7 +208,8 @@ class Channel:
 
     def publish(self, message: Message, mandatory: bool) -> None:
         exchange = self._exchange_for_publish(message.exchange)
-        self._inspect(message)
+        if message.header[HEADER_PREFIX] & INSPECT_FLAGS:
+            self._inspect(message)
         queues = self.vhost.route(exchange, message.routing_keys, message)
         refused = False
         if queues:

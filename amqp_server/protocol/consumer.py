@@ -25,7 +25,12 @@ class Consumer:
     def can_take(self) -> bool:
         if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
             return False
-        return self.channel.can_deliver()
+        # Channel.can_deliver, inlined: this runs once per delivery.
+        channel = self.channel
+        return (channel.active and not channel.closing
+                and (not channel.global_prefetch
+                     or len(channel.unacked) < channel.global_prefetch)
+                and channel.conn.can_write())
 
     def take(self, queue, entry) -> None:
         self.channel.deliver(self, queue, entry)
