@@ -147,6 +147,8 @@ class Server:
         broker.timers.attach(loop)
         for problem in broker.open_data_dir():
             log.warning("%s", problem)
+        if broker.store is not None:
+            broker.store.attach(loop)
         period = broker.config.message_expiry_scan_period
         if period > 0:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
@@ -180,3 +182,5 @@ class Server:
                 protocol.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.broker.store is not None:
+            await self.broker.store.shutdown()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from policies.model import Policy, PolicyError, make_policy
 from policies.store import PolicyStore
 
 from ..config import BrokerConfig
+from ..management import definitions
+from ..storage.definitions import DefinitionStore
+from ..storage.message_store import MessageStore
+from ..storage.recovery import restore_messages
 from .timers import Timers, now_ms
 from .users import User
 from .vhost import VirtualHost
@@ -21,6 +26,9 @@ class Broker:
     connections: set = field(default_factory=set)
     timers: Timers = field(default_factory=Timers)
     policies: PolicyStore = field(default_factory=PolicyStore)
+    # Set by open_data_dir: without them the broker keeps nothing on disk.
+    definitions: DefinitionStore | None = None
+    store: MessageStore | None = None
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -36,6 +44,9 @@ class Broker:
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(
                 name, self.timers, self.policies, self.config.policy_precedence == "policy")
+            if self.definitions is not None:
+                self._attach(vhost)
+                self._save_definitions()
         return vhost
 
     def authenticate(self, username: str, password: str) -> User | None:
@@ -55,14 +66,43 @@ class Broker:
                     count += queue.sweep(now)
         return count
 
-    # ---- policies ------------------------------------------------------
+    # ---- durable state -------------------------------------------------
 
     def open_data_dir(self) -> list[str]:
-        """Load persisted state from the data directory and apply it."""
-        problems = self.policies.open(self.config.data_dir)
+        """Load persisted state from the data directory, apply it, and keep
+        persisting from now on.  Returns what could not be recovered."""
+        data_dir = Path(self.config.data_dir)
+        problems = self.policies.open(data_dir)
+        self.definitions = DefinitionStore(data_dir)
+        saved = self.definitions.load()
+        if saved is not None:
+            definitions.import_(self, saved)
+        self.store = MessageStore(data_dir / "messages")
+        recovered = self.store.recover()
+        problems.extend(recovered.problems)
+        problems.extend(restore_messages(self, recovered))
         for vhost in self.vhosts.values():
+            self._attach(vhost)
             vhost.reapply_policies()
+        self._save_definitions()
         return problems
+
+    def _attach(self, vhost: VirtualHost) -> None:
+        vhost.on_change = self._save_definitions
+        vhost.store = self.store
+        for queue in vhost.queues.values():
+            if queue.durable:
+                queue.store = self.store
+
+    def _save_definitions(self) -> None:
+        if self.definitions is None:
+            return
+        document = definitions.export(self, durable_only=True)
+        document.pop("policies", None)
+        document.pop("operator_policies", None)
+        self.definitions.save(document)
+
+    # ---- policies ------------------------------------------------------
 
     def set_policy(self, vhost: str, name: str, pattern: str, definition, priority=0,
                    apply_to: str = "all", operator: bool = False) -> Policy:

@@ -22,6 +22,7 @@ from ..wire.frames import shortstr
 from ..wire.properties import (
     Properties,
     decode_properties,
+    delivery_mode,
     encode_properties,
     locate,
     splice_dead_letter,
@@ -44,7 +45,7 @@ class InvalidMessage(ValueError):
 
 class Message:
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_properties",
-                 "routing_keys", "bcc", "ttl", "history", "origin")
+                 "routing_keys", "bcc", "ttl", "history", "origin", "stored_gen")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes,
                  header: bytes, body: bytes, routing_keys: tuple[str, ...] | None = None) -> None:
@@ -59,6 +60,8 @@ class Message:
         self.ttl: int | None = None  # per-message TTL (ms) from `expiration`
         self.history: DeathHistory | None = None  # parsed lazily from x-death
         self.origin: Message | None = None  # set on a per-delivery copy
+        # The store flush that makes this message durable (None: not stored).
+        self.stored_gen: int | None = None
 
     # ---- publish-time inspection ---------------------------------------
 
@@ -119,7 +122,10 @@ class Message:
 
     @property
     def persistent(self) -> bool:
-        return self.properties.delivery_mode == 2
+        """delivery-mode 2, read in place without decoding the properties."""
+        if self._properties is not None:
+            return self._properties.delivery_mode == 2
+        return delivery_mode(self.header, HEADER_PREFIX) == 2
 
     def death_history(self) -> DeathHistory:
         if self.history is None:
@@ -211,7 +217,8 @@ class Entry:
     """One message's place in one queue; the same message routed to several
     queues gets an entry in each, with its own redelivered flag."""
 
-    __slots__ = ("seq", "message", "redelivered", "delivery_count", "deadline", "returns")
+    __slots__ = ("seq", "message", "redelivered", "delivery_count", "deadline", "returns",
+                 "segment")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq
@@ -220,3 +227,4 @@ class Entry:
         self.delivery_count = 0
         self.deadline: float | None = None  # wall-clock ms, None = never expires
         self.returns = 0  # quorum queues: times it came back unsuccessfully
+        self.segment: int | None = None  # message-store segment holding it, if stored

@@ -78,6 +78,8 @@ class Queue:
         self._expiry_timer = None
         self.saw_message_ttl = False
         self.settings = None
+        # The message store, for a durable queue on a broker with a data dir.
+        self.store = None
         # (effective settings, user policy, operator policy) from the vhost
         settings, self.policy, self.operator_policy = settings or (
             resolve(self.arguments), None, None)
@@ -117,6 +119,8 @@ class Queue:
             entry = Entry(self.next_seq, message)
             self.next_seq += 1
             self.published += 1
+            if self.store is not None:
+                self._persist(entry, message)
             consumers = self.consumers
             if consumers and not self.ready:
                 # The hot path: straight to the next consumer with room.
@@ -127,6 +131,8 @@ class Queue:
                         self.unacked += 1
                         self.delivered += 1
                         entry.delivery_count = 1
+                        if entry.segment is not None:
+                            self.store.delivered(self.vhost, self.name, entry)
                         consumer.take(self, entry)
                         return ACCEPTED
             self.ready.append(entry)
@@ -152,6 +158,8 @@ class Queue:
         entry.deadline = message_deadline(now, settings.message_ttl, message.ttl)
         if message.ttl is not None:
             self.saw_message_ttl = True
+        if self.store is not None:
+            self._persist(entry, message)
         self.next_seq += 1
         self.published += 1
         was_empty = not self.ready
@@ -173,14 +181,25 @@ class Queue:
         while self.ready and limits.over_limit(
                 len(self.ready) + len(self.dlx_pending), self.ready_bytes,
                 settings.max_length, settings.max_length_bytes):
-            dropped.append(self._pop().message)
+            dropped.append(self._pop())
         if dropped:
-            self.dead_letter_sink(self, dropped, "maxlen")
+            self._forget(dropped)
+            self.dead_letter_sink(self, [entry.message for entry in dropped], "maxlen")
 
     def _pop(self) -> Entry:
         entry = self.ready.popleft()
         self.ready_bytes -= len(entry.message.body)
         return entry
+
+    def _persist(self, entry: Entry, message: Message) -> None:
+        """A persistent message on a durable queue goes to the store."""
+        if message.persistent:
+            message.stored_gen = self.store.enqueue(self.vhost, self.name, entry, message)
+
+    def _forget(self, entries) -> None:
+        """Entries left for good: the store drops them too."""
+        if self.store is not None:
+            self.store.remove(self.vhost, self.name, entries)
 
     # ---- leaving -------------------------------------------------------
 
@@ -211,6 +230,8 @@ class Queue:
                 self.unacked += 1
                 self.delivered += 1
                 entry.delivery_count += 1
+                if entry.segment is not None:
+                    self.store.delivered(self.vhost, self.name, entry)
                 consumer.take(self, entry)
                 misses = 0
             else:
@@ -228,16 +249,21 @@ class Queue:
         self.unacked += 1
         self.delivered += 1
         entry.delivery_count += 1
+        if entry.segment is not None:
+            self.store.delivered(self.vhost, self.name, entry)
         return entry
 
-    def settle(self, count: int = 1) -> None:
+    def settle(self, entries) -> None:
         """Delivered messages acknowledged (or discarded) for good."""
+        count = len(entries)
         self.unacked -= count
         self.acked += count
+        if self.store is not None:
+            self.store.remove(self.vhost, self.name, entries)
 
     def reject(self, entries: list[Entry]) -> None:
         """Delivered messages rejected without requeue: they die 'rejected'."""
-        self.settle(len(entries))
+        self.settle(entries)
         self.dead_letter_sink(self, [entry.message for entry in entries], "rejected")
 
     def requeue(self, entries: list[Entry]) -> None:
@@ -277,12 +303,13 @@ class Queue:
         for entry in entries:
             entry.returns += 1
             if limits.past_delivery_limit(entry.returns, limit):
-                dead.append(entry.message)
+                dead.append(entry)
             else:
                 entry.message = entry.message.with_delivery_count(entry.returns)
                 back.append(entry)
         if dead:
-            self.dead_letter_sink(self, dead, "delivery_limit")
+            self._forget(dead)
+            self.dead_letter_sink(self, [entry.message for entry in dead], "delivery_limit")
         return back
 
     # ---- expiry --------------------------------------------------------
@@ -300,7 +327,7 @@ class Queue:
                 deadline = ready[0].deadline
                 if deadline is None or now < deadline:
                     break
-                expired.append(self._pop().message)
+                expired.append(self._pop())
             if not expired:
                 break
             count += len(expired)
@@ -321,12 +348,13 @@ class Queue:
             gone = {id(e) for e in expired}
             self.ready = deque(e for e in self.ready if id(e) not in gone)
             self.ready_bytes -= sum(len(e.message.body) for e in expired)
-            self._died_expired([e.message for e in expired])
+            self._died_expired(expired)
         return count + len(expired)
 
-    def _died_expired(self, messages: list[Message]) -> None:
-        self.stats["expired"] += len(messages)
-        self.dead_letter_sink(self, messages, "expired")
+    def _died_expired(self, entries: list[Entry]) -> None:
+        self.stats["expired"] += len(entries)
+        self._forget(entries)
+        self.dead_letter_sink(self, [entry.message for entry in entries], "expired")
 
     def _arm_timer(self) -> None:
         if not self.ready or self.deleted:
@@ -387,12 +415,15 @@ class Queue:
 
     def purge(self) -> int:
         count = len(self.ready)
+        self._forget(self.ready)
         self.ready.clear()
         self.ready_bytes = 0
         return count
 
     def close(self) -> None:
         """Deleted: stop timers.  Its messages are not dead-lettered."""
+        if self.store is not None:
+            self.store.drop_below(self.vhost, self.name, self.next_seq, self.ready)
         self.deleted = True
         for timer in (self._timer, self._expiry_timer):
             if timer is not None:

@@ -112,6 +112,9 @@ class VirtualHost:
         self.timers = timers or Timers()
         self.policies = policies or PolicyStore()
         self.policy_wins = policy_wins
+        # Durability, set by the broker once it has a data directory.
+        self.on_change = lambda: None  # a durable definition changed
+        self.store = None
         self.dead_letterer = DeadLetterer(self)
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
@@ -170,6 +173,8 @@ class VirtualHost:
             exchange = cls(self.name, name, durable, auto_delete, internal, arguments)
             exchange.apply_policy(match_exchange(self.policies.in_vhost(self.name), name))
             self.exchanges[name] = exchange
+            if durable:
+                self.on_change()
             return exchange
         for field, old, new in (
             ("type", existing.type_name, type_name),
@@ -210,6 +215,8 @@ class VirtualHost:
             for key, binding in list(source.bindings.items()):
                 if binding.destination is exchange:
                     self._drop_binding(binding)
+        if exchange.durable:
+            self.on_change()
 
     # ---- queues --------------------------------------------------------
 
@@ -267,6 +274,10 @@ class VirtualHost:
         queue.on_unused = self.remove_queue
         self.queues[name] = queue
         queue.touch()
+        if queue.durable:
+            queue.store = self.store
+            if not queue.auto_delete:
+                self.on_change()
         return queue
 
     def delete_queue(self, queue: Queue, if_unused: bool = False,
@@ -290,6 +301,8 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             queue.remove_consumer(consumer)
             consumer.cancelled_by_broker()
+        if queue.durable:
+            self.on_change()
         return count
 
     # ---- bindings ------------------------------------------------------
@@ -302,6 +315,8 @@ class VirtualHost:
         if source.add_binding(binding):
             if destination.is_queue:
                 destination.bindings[(source.name, binding.key)] = binding
+            if source.durable and destination.durable:
+                self.on_change()
 
     def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
                arguments: FieldTable | None) -> None:
@@ -320,6 +335,8 @@ class VirtualHost:
         source.remove_binding(binding.key)
         if binding.destination.is_queue:
             binding.destination.bindings.pop((source.name, binding.key), None)
+        if source.durable and binding.destination.durable:
+            self.on_change()
         # An auto-delete exchange goes with its last binding (RabbitMQ).
         if cascade and source.auto_delete and not source.bindings:
             self._remove_exchange(source)

@@ -9,10 +9,14 @@ from ..wire.table import FieldTable
 from .shapes import jsonable
 
 
-def export(broker, only_vhost: str | None = None) -> dict:
+def export(broker, only_vhost: str | None = None, durable_only: bool = False) -> dict:
+    """The definitions document; `durable_only` keeps what survives a
+    restart (durable exchanges, durable queues that are neither exclusive
+    nor auto-delete, bindings between two of those)."""
     vhosts = ([broker.vhosts[only_vhost]] if only_vhost is not None
               else list(broker.vhosts.values()))
     scoped = only_vhost is not None
+    keep = _survives if durable_only else _not_exclusive
 
     def tag(item: dict, vhost) -> dict:
         if not scoped:
@@ -31,20 +35,31 @@ def export(broker, only_vhost: str | None = None) -> dict:
                                 for p in broker.policies.in_vhost(v.name, operator=True)]
     out["queues"] = [tag({"name": q.name, "durable": q.durable, "auto_delete": q.auto_delete,
                           "arguments": jsonable(q.arguments)}, v)
-                     for v in vhosts for q in v.queues.values() if not q.exclusive]
+                     for v in vhosts for q in v.queues.values() if keep(q)]
     out["exchanges"] = [tag({"name": x.name, "type": x.type_name, "durable": x.durable,
                              "auto_delete": x.auto_delete, "internal": x.internal,
                              "arguments": jsonable(x.arguments)}, v)
                         for v in vhosts for x in v.exchanges.values()
-                        if x.name and not x.name.startswith("amq.")]
+                        if x.name and not x.name.startswith("amq.") and keep(x)]
     out["bindings"] = [tag({"source": x.name, "destination": b.destination.name,
                             "destination_type": "queue" if b.destination.is_queue
                             else "exchange",
                             "routing_key": b.routing_key, "arguments": jsonable(b.arguments)}, v)
                        for v in vhosts for x in v.exchanges.values() if x.name
-                       for b in x.bindings.values()
-                       if not (b.destination.is_queue and b.destination.exclusive)]
+                       for b in x.bindings.values() if keep(x) and keep(b.destination)]
     return out
+
+
+def _not_exclusive(thing) -> bool:
+    return not getattr(thing, "exclusive", False)
+
+
+def _survives(thing) -> bool:
+    if not thing.durable:
+        return False
+    if thing.is_queue:
+        return not thing.exclusive and not thing.auto_delete
+    return True
 
 
 def _policy(policy) -> dict:

@@ -37,7 +37,7 @@ def get(queue, count: int, ackmode: str, encoding: str, truncate) -> list[dict]:
     if ackmode.endswith("requeue_true"):
         queue.requeue(taken)
     elif ackmode == "ack_requeue_false":
-        queue.settle(len(taken))
+        queue.settle(taken)
     else:
         queue.reject(taken)
     return shown

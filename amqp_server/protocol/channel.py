@@ -10,6 +10,7 @@ channel.close and a hard one into connection.close.
 from __future__ import annotations
 
 import struct
+from collections import deque
 
 from pamqp import commands as spec
 
@@ -55,6 +56,8 @@ class Channel:
         self.confirmed_upto = 0
         self._confirm_pending = False
         self._nacks: list[int] = []  # publish seqs a full queue refused
+        # (publish seq, store generation): confirms that wait for an fsync
+        self._durable_waits: deque[tuple[int, int]] = deque()
         self.tx: list | None = None
         self.last_queue = ""
         # content being assembled: (exchange, routing key, route bytes, mandatory)
@@ -100,21 +103,38 @@ class Channel:
                 and self.conn.can_write())
 
     def flush_confirms(self) -> None:
-        """Confirm every publish handled so far: one basic.ack for each run
-        of accepted publishes, a basic.nack for each refused one."""
+        """Confirm every publish handled so far whose persistent copies are
+        on disk: one basic.ack for each run of accepted publishes, a
+        basic.nack for each refused one."""
         self._confirm_pending = False
-        upto = self.publish_seq
-        if upto <= self.confirmed_upto or self.closing:
+        if self.closing:
             return
-        if self._nacks:
-            nacks, self._nacks = self._nacks, []
-            for seq in nacks:
-                if seq - 1 > self.confirmed_upto:
-                    self._write_ack(seq - 1)
-                self.conn.write(frames.nack_frame(self.number, seq, False))
-                self.confirmed_upto = seq
+        upto = self.publish_seq
+        waits = self._durable_waits
+        if waits:
+            store = self.conn.broker.store
+            while waits and waits[0][1] <= store.synced:
+                waits.popleft()
+            if waits:
+                upto = waits[0][0] - 1
+                store.wait(self)
+        if upto <= self.confirmed_upto:
+            return
+        nacks = self._nacks
+        while nacks and nacks[0] <= upto:
+            seq = nacks.pop(0)
+            if seq - 1 > self.confirmed_upto:
+                self._write_ack(seq - 1)
+            self.conn.write(frames.nack_frame(self.number, seq, False))
+            self.confirmed_upto = seq
         if upto > self.confirmed_upto:
             self._write_ack(upto)
+
+    def durable_progress(self) -> None:
+        """The store flushed: confirms waiting for it may go out."""
+        if not self._confirm_pending and not self.closing:
+            self._confirm_pending = True
+            self.conn.confirms_due(self)
 
     def _write_ack(self, upto: int) -> None:
         multiple = upto - self.confirmed_upto > 1
@@ -224,6 +244,8 @@ class Channel:
             self.publish_seq += 1
             if refused:
                 self._nacks.append(self.publish_seq)
+            elif message.stored_gen is not None:
+                self._durable_waits.append((self.publish_seq, message.stored_gen))
             if not self._confirm_pending:
                 self._confirm_pending = True
                 self.conn.confirms_due(self)
@@ -234,7 +256,7 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if consumer.no_ack:
-            queue.settle()
+            queue.settle((entry,))
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
@@ -317,7 +339,7 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if method.no_ack:
-            queue.settle()
+            queue.settle((entry,))
         else:
             self.unacked[tag] = (queue, entry, None)
         message = entry.message
@@ -356,13 +378,18 @@ class Channel:
             self._settle(taken)
 
     def _settle(self, taken: list[tuple[int, tuple]]) -> None:
-        touched = set()
-        for _, (queue, _entry, consumer) in taken:
-            queue.settle()
+        by_queue: dict = {}
+        for _, (queue, entry, consumer) in taken:
             if consumer is not None:
                 consumer.unacked -= 1
-            touched.add(queue)
-        self._after_release(touched)
+            entries = by_queue.get(queue)
+            if entries is None:
+                by_queue[queue] = [entry]
+            else:
+                entries.append(entry)
+        for queue, entries in by_queue.items():
+            queue.settle(entries)
+        self._after_release(set(by_queue))
 
     def _after_release(self, touched: set) -> None:
         if self.global_prefetch:
@@ -393,7 +420,9 @@ class Channel:
                 consumer.unacked -= 1
             by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
-            if not queue.deleted:
+            if queue.deleted:
+                queue.settle(entries)  # nowhere to go back to
+            else:
                 queue.requeue(entries)
         self._after_release(set(by_queue))
 
@@ -406,7 +435,7 @@ class Channel:
             by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
             if queue.deleted:
-                queue.settle(len(entries))
+                queue.settle(entries)
             else:
                 queue.reject(entries)
         self._after_release(set(by_queue))

@@ -172,3 +172,19 @@ def splice_dead_letter(header: bytes, offset: int, layout: Layout, new_headers: 
     new_flags = (flags | _HEADERS_BIT) & ~_EXPIRATION_BIT
     return b"".join((header[:offset], _U16.pack(new_flags), header[offset + 2:h_start],
                      new_headers, header[h_end:e_start], header[e_end:]))
+
+
+def delivery_mode(header: bytes, offset: int) -> int | None:
+    """The delivery-mode property read in place (content-type,
+    content-encoding and headers are skipped, not decoded)."""
+    (flags,) = _U16.unpack_from(header, offset)
+    if not flags & (1 << 12):
+        return None
+    pos = offset + 2
+    if flags & (1 << 15):
+        pos += 1 + header[pos]
+    if flags & (1 << 14):
+        pos += 1 + header[pos]
+    if flags & _HEADERS_BIT:
+        pos += 4 + _U32.unpack_from(header, pos)[0]
+    return header[pos]

@@ -1,0 +1,1 @@
+"""Durable state: definitions, the persistent message log, the dead-letter log."""

@@ -1,0 +1,184 @@
+"""Persistent messages of durable queues, on top of the segment log.
+
+Records (msgpack lists, the first item says what it is):
+  ["E", vhost, queue, seq, exchange, routing_key, header, body, routing_keys,
+   bcc, deadline]                       a message entered a queue
+  ["R", vhost, queue, [seq, ...]]       entries left for good (ack, death, drop)
+  ["D", vhost, queue, [seq, ...]]       entries were delivered (for redelivered=true)
+  ["P", vhost, queue, upto]             every entry below `upto` left (purge, delete)
+
+Removals and delivery marks are batched per flush; entries are appended at
+once.  A publisher waiting for a confirm waits for the flush that carries
+its entry (`generation`), never for a fixed interval.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import records
+from .segments import SegmentLog
+
+log = logging.getLogger("amqp_server.storage")
+
+
+@dataclass
+class StoredEntry:
+    seq: int
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes
+    routing_keys: tuple | None
+    bcc: tuple | None
+    deadline: float | None
+    segment: int
+    delivered: bool = False
+
+
+@dataclass
+class Recovered:
+    queues: dict = field(default_factory=dict)  # (vhost, queue) -> [StoredEntry] by seq
+    problems: list = field(default_factory=list)
+
+
+class MessageStore:
+    def __init__(self, directory: str | Path, segment_size: int = 64 << 20) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.log = SegmentLog(self.directory, segment_size, on_synced=self._synced)
+        self.log.before_flush = self._emit_batched
+        self._removed: dict[tuple, list[int]] = defaultdict(list)
+        self._delivered: dict[tuple, list[int]] = defaultdict(list)
+        self._waiting: set = set()
+
+    # ---- recovery --------------------------------------------------------
+
+    def recover(self) -> Recovered:
+        result = Recovered()
+        queues: dict[tuple, dict[int, StoredEntry]] = defaultdict(dict)
+        numbers = []
+        for number, path in self.log.existing():
+            numbers.append(number)
+            data = path.read_bytes()
+            found, problems, good_end = records.decode_all(data)
+            for offset, what in problems:
+                message = f"{path.name} at offset {offset}: {what}"
+                result.problems.append(message)
+                log.warning("message store: %s", message)
+            if good_end < len(data) and problems and "tail" in problems[-1][1]:
+                with open(path, "r+b") as handle:
+                    handle.truncate(good_end)
+            for record in found:
+                self._replay(record, number, queues)
+        for key, entries in queues.items():
+            ordered = [entries[seq] for seq in sorted(entries)]
+            result.queues[key] = ordered
+            for entry in ordered:
+                self.log.live[entry.segment] += 1
+        self.log.start_after(numbers)
+        return result
+
+    @staticmethod
+    def _replay(record, segment: int, queues: dict) -> None:
+        try:
+            kind = record[0]
+            key = (record[1], record[2])
+            if kind == "E":
+                _, _, _, seq, exchange, routing_key, header, body, keys, bcc, deadline = record
+                queues[key][seq] = StoredEntry(seq, exchange, routing_key, header, body,
+                                               tuple(keys) if keys else None,
+                                               tuple(bcc) if bcc else None, deadline, segment)
+            elif kind == "R":
+                entries = queues.get(key)
+                if entries:
+                    for seq in record[3]:
+                        entries.pop(seq, None)
+            elif kind == "D":
+                entries = queues.get(key, {})
+                for seq in record[3]:
+                    if seq in entries:
+                        entries[seq].delivered = True
+            elif kind == "P":
+                entries = queues.get(key)
+                if entries:
+                    for seq in [s for s in entries if s < record[3]]:
+                        del entries[seq]
+        except (IndexError, TypeError, ValueError) as exc:
+            log.warning("message store: skipping malformed record %r: %s", record[:3], exc)
+
+    # ---- writing ---------------------------------------------------------
+
+    def attach(self, loop) -> None:
+        self.log.attach(loop)
+
+    def enqueue(self, vhost: str, queue: str, entry, message) -> int:
+        """Append an entry; sets entry.segment, returns the generation whose
+        flush makes it durable."""
+        keys = message.routing_keys
+        record = records.encode(["E", vhost, queue, entry.seq, message.exchange,
+                                 message.routing_key, message.header, message.body,
+                                 list(keys) if keys != (message.routing_key,) else None,
+                                 list(message.bcc) or None, entry.deadline])
+        segment, generation = self.log.append(record, live=1)
+        entry.segment = segment
+        return generation
+
+    def remove(self, vhost: str, queue: str, entries) -> None:
+        seqs = self._removed[(vhost, queue)]
+        for entry in entries:
+            segment = entry.segment
+            if segment is not None:
+                entry.segment = None
+                seqs.append(entry.seq)
+                self.log.release(segment)
+        if not seqs:
+            del self._removed[(vhost, queue)]
+
+    def delivered(self, vhost: str, queue: str, entry) -> None:
+        if entry.segment is not None:
+            self._delivered[(vhost, queue)].append(entry.seq)
+
+    def drop_below(self, vhost: str, queue: str, upto: int, entries) -> None:
+        """Purge or delete: every entry below `upto` is gone."""
+        live = [entry for entry in entries if entry.segment is not None]
+        if not live:
+            return
+        self.log.append(records.encode(["P", vhost, queue, upto]))
+        for entry in live:
+            self.log.release(entry.segment)
+            entry.segment = None
+
+    def _emit_batched(self) -> None:
+        for kind, table in (("D", self._delivered), ("R", self._removed)):
+            for (vhost, queue), seqs in table.items():
+                self.log.append(records.encode([kind, vhost, queue, seqs]), schedule=False)
+            table.clear()
+
+    # ---- durability notifications -----------------------------------------
+
+    @property
+    def synced(self) -> int:
+        return self.log.synced
+
+    def wait(self, channel) -> None:
+        """`channel` has confirms waiting for a flush."""
+        self._waiting.add(channel)
+
+    def _synced(self, generation: int) -> None:
+        waiting, self._waiting = self._waiting, set()
+        for channel in waiting:
+            channel.durable_progress()
+
+    def flush_now(self) -> None:
+        self.log.flush_now()
+
+    async def shutdown(self) -> None:
+        await self.log.drain()
+        self.log.close()
+
+    def close(self) -> None:
+        self.log.close()

@@ -1,0 +1,44 @@
+"""Putting recovered persistent messages back into their durable queues,
+in their original order; those that were delivered and not acknowledged
+come back with redelivered=true."""
+
+from __future__ import annotations
+
+import logging
+
+from ..broker.message import Entry, Message
+from ..wire.frames import shortstr
+
+log = logging.getLogger("amqp_server.storage")
+
+
+def restore_messages(broker, recovered) -> list[str]:
+    problems = []
+    store = broker.store
+    for (vhost_name, queue_name), stored in recovered.queues.items():
+        vhost = broker.vhosts.get(vhost_name)
+        queue = vhost.queues.get(queue_name) if vhost is not None else None
+        if queue is None or not queue.durable:
+            # The queue is gone (deleted before its records were): drop them.
+            problems.append(f"{len(stored)} stored messages of missing queue "
+                            f"'{queue_name}' in vhost '{vhost_name}' dropped")
+            store.drop_below(vhost_name, queue_name, stored[-1].seq + 1, stored)
+            continue
+        for item in stored:
+            message = Message(item.exchange, item.routing_key,
+                              shortstr(item.exchange) + shortstr(item.routing_key),
+                              item.header, item.body, item.routing_keys)
+            if item.bcc:
+                message.bcc = item.bcc
+            entry = Entry(item.seq, message)
+            entry.redelivered = item.delivered
+            entry.deadline = item.deadline
+            entry.segment = item.segment
+            if item.deadline is not None:
+                queue.saw_message_ttl = True
+            queue.ready.append(entry)
+            queue.ready_bytes += len(item.body)
+        queue.next_seq = max(queue.next_seq, stored[-1].seq + 1)
+        log.info("recovered %d messages into queue '%s' in vhost '%s'", len(stored),
+                 queue_name, vhost_name)
+    return problems

@@ -1,0 +1,209 @@
+"""An append-only log split into numbered segment files, with group commit.
+
+Appends only fill a buffer.  One flush at a time writes everything buffered
+and fsyncs it on a worker thread; whatever arrives meanwhile waits for the
+next flush, so one fsync covers every record written since the previous
+one, however many publishers there are.  `on_synced(generation)` tells the
+owner which appends are now on disk.
+
+Segments roll at a size; a segment is deleted when nothing in it is live
+any more and every older segment is gone too (removal records refer only to
+the same or older segments, so deleting from the front keeps recovery exact).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger("amqp_server.storage")
+
+SEGMENT_SUFFIX = ".seg"
+
+
+class SegmentLog:
+    def __init__(self, directory: Path, segment_size: int = 64 << 20,
+                 on_synced: Callable[[int], None] | None = None) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.on_synced = on_synced or (lambda generation: None)
+        self.live: Counter = Counter()  # segment number -> live records
+        self.segments: list[int] = []   # existing segment numbers, ascending
+        self.active = 0
+        self.active_size = 0
+        self.generation = 1            # the flush that will carry new appends
+        self.synced = 0                # every append of generations <= this is on disk
+        self._buffer: list[tuple[int, bytes]] = []
+        self._loop = None
+        self._executor = None
+        self._flushing = False
+        self._flush_scheduled = False
+        self._again = False
+        self._handles: dict[int, object] = {}
+        # Called at the start of each flush, so the owner can add batched records.
+        self.before_flush: Callable[[], None] = lambda: None
+
+    # ---- reading at start ---------------------------------------------
+
+    def existing(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.glob(f"*{SEGMENT_SUFFIX}"):
+            try:
+                found.append((int(path.stem), path))
+            except ValueError:
+                log.warning("ignoring unexpected file %s in the message store", path)
+        return sorted(found)
+
+    def start_after(self, numbers: list[int]) -> None:
+        """Continue appending after recovery: into a fresh segment, so a
+        truncated tail is never extended."""
+        self.segments = list(numbers)
+        self.active = (numbers[-1] + 1) if numbers else 1
+        self.active_size = 0
+        self.segments.append(self.active)
+
+    def attach(self, loop, executor=None) -> None:
+        self._loop = loop
+        self._executor = executor
+
+    # ---- appending -----------------------------------------------------
+
+    def append(self, record: bytes, live: int = 0, schedule: bool = True) -> tuple[int, int]:
+        """Buffer a record; returns (segment, generation)."""
+        if self.active_size >= self.segment_size:
+            self.active += 1
+            self.active_size = 0
+            self.segments.append(self.active)
+        self.active_size += len(record)
+        self._buffer.append((self.active, record))
+        if live:
+            self.live[self.active] += live
+        if schedule:
+            self._schedule()
+        return self.active, self.generation
+
+    def release(self, segment: int, count: int = 1) -> None:
+        """`count` live records of `segment` are gone; the removal records
+        the owner batches go out with the next flush."""
+        self.live[segment] -= count
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._loop is None:
+            return  # without a loop the owner calls flush_now()
+        if self._flushing:
+            self._again = True  # picked up when the flush in flight finishes
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._start_flush)
+
+    # ---- flushing --------------------------------------------------------
+
+    def _start_flush(self) -> None:
+        self._flush_scheduled = False
+        if self._flushing:
+            return
+        self.before_flush()
+        batch, self._buffer = self._buffer, []
+        doomed = self._doomed()
+        if not batch and not doomed:
+            return
+        generation = self.generation
+        self.generation += 1
+        self._flushing = True
+        future = self._loop.run_in_executor(self._executor, self._write, batch, doomed)
+        future.add_done_callback(lambda f: self._finished(f, generation))
+
+    def _finished(self, future, generation: int) -> None:
+        self._flushing = False
+        error = future.exception()
+        if error is not None:
+            # Nothing is confirmed that is not on disk; the log says why.
+            log.error("message store write failed: %s", error)
+            return
+        self.synced = generation
+        self.on_synced(generation)
+        if self._again or self._buffer:
+            self._again = False
+            self._schedule()
+
+    def flush_now(self) -> None:
+        """Synchronous flush (no event loop: tools and tests)."""
+        self.before_flush()
+        batch, self._buffer = self._buffer, []
+        generation = self.generation
+        self.generation += 1
+        self._write(batch, self._doomed())
+        self.synced = generation
+        self.on_synced(generation)
+
+    def _doomed(self) -> list[int]:
+        """Front segments with nothing live, never the active one."""
+        doomed = []
+        for number in self.segments:
+            if number == self.active or self.live[number] > 0:
+                break
+            doomed.append(number)
+        if doomed:
+            self.segments = self.segments[len(doomed):]
+            for number in doomed:
+                self.live.pop(number, None)
+        return doomed
+
+    def _write(self, batch: list[tuple[int, bytes]], doomed: list[int]) -> None:
+        """Worker thread: append, fsync, then delete dead segments."""
+        touched = {}
+        created = False
+        for number, record in batch:
+            handle = self._handles.get(number)
+            if handle is None:
+                for old in [n for n in self._handles if n < number]:
+                    self._handles.pop(old).close()
+                created = created or not self._path(number).exists()
+                handle = self._handles[number] = open(self._path(number), "ab")
+            handle.write(record)
+            touched[number] = handle
+        for handle in touched.values():
+            handle.flush()
+            os.fsync(handle.fileno())
+        if created:
+            _fsync_dir(self.directory)  # the new file's name must survive a crash too
+        for number in doomed:
+            handle = self._handles.pop(number, None)
+            if handle is not None:
+                handle.close()
+            try:
+                os.unlink(self._path(number))
+            except FileNotFoundError:
+                pass
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"{number:08d}{SEGMENT_SUFFIX}"
+
+    async def drain(self) -> None:
+        """Wait for the flush in flight, then write what is left (shutdown)."""
+        while self._flushing:
+            await asyncio.sleep(0.005)
+        self._loop = None
+        self._flush_scheduled = False
+        self.flush_now()
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for _, p in self.existing() if p.exists())
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
