@@ -37,6 +37,13 @@ class BrokerConfig:
     # dead-letter-strategy and overflow when a queue argument and a policy
     # both set one: "argument" (RabbitMQ) or "policy" (central control).
     policy_precedence: str = "argument"
+    # The dead-letter log in <data_dir>/dead-letters: files roll at a size or
+    # an age; the oldest go once all together pass the retention size; bodies
+    # up to the limit are kept in full (larger ones as size and digest only).
+    dead_letter_log_file_bytes: int = 64 << 20
+    dead_letter_log_file_seconds: int = 3600
+    dead_letter_log_retention_bytes: int = 1 << 30
+    dead_letter_log_body_limit: int = 64 << 10
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":

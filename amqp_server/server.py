@@ -149,6 +149,7 @@ class Server:
             log.warning("%s", problem)
         if broker.store is not None:
             broker.store.attach(loop)
+            broker.dead_letter_log.attach(loop)
         period = broker.config.message_expiry_scan_period
         if period > 0:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
@@ -184,3 +185,4 @@ class Server:
             await self._server.wait_closed()
         if self.broker.store is not None:
             await self.broker.store.shutdown()
+            self.broker.dead_letter_log.close()

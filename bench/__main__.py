@@ -13,17 +13,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from .registry import SCENARIOS
 
 
-def start_our_broker() -> tuple[subprocess.Popen, str]:
+def start_our_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-         "--log-level", "warning"],
+         "--data-dir", data_dir, "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:
@@ -34,18 +36,18 @@ def start_our_broker() -> tuple[subprocess.Popen, str]:
 
 
 def run(url: str, names: list[str], scale: float, repeat: int) -> dict:
+    """Each scenario `repeat` times; the run with the median metric is kept
+    (a best-of-N would favour whichever broker varies more), with the
+    spread of the metric alongside."""
     results = {}
     for name in names:
-        best = None
-        for _ in range(repeat):
-            result = SCENARIOS[name]["run"](url, scale)
-            metric = SCENARIOS[name]["metric"]
-            lower = SCENARIOS[name].get("better") == "lower"
-            if best is None or (result[metric] < best[metric] if lower
-                                else result[metric] > best[metric]):
-                best = result
-        results[name] = best
-        print(f"  {name}: {json.dumps(best)}", file=sys.stderr, flush=True)
+        metric = SCENARIOS[name]["metric"]
+        runs = sorted((SCENARIOS[name]["run"](url, scale) for _ in range(repeat)),
+                      key=lambda result: result[metric])
+        median = dict(runs[len(runs) // 2])
+        median["spread"] = [runs[0][metric], runs[-1][metric]]
+        results[name] = median
+        print(f"  {name}: {json.dumps(median)}", file=sys.stderr, flush=True)
     return results
 
 
@@ -59,7 +61,8 @@ def main() -> int:
                         help="scenario to run (repeatable; default all)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply message/connection counts (default 1.0)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per scenario; best kept")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per scenario; the median is reported")
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
 
@@ -67,13 +70,15 @@ def main() -> int:
         print(json.dumps(run(args.url, names, args.scale, args.repeat), indent=2))
         return 0
 
-    proc, ours_url = start_our_broker()
+    data_dir = tempfile.mkdtemp(prefix="amqp-bench-")
+    proc, ours_url = start_our_broker(data_dir)
     try:
         print(f"ours: {ours_url}", file=sys.stderr)
         ours = run(ours_url, names, args.scale, args.repeat)
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(data_dir, ignore_errors=True)
     time.sleep(0.5)
     print(f"reference: {args.compare}", file=sys.stderr)
     reference = run(args.compare, names, args.scale, args.repeat)

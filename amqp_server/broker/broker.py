@@ -10,6 +10,7 @@ from policies.store import PolicyStore
 
 from ..config import BrokerConfig
 from ..management import definitions
+from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definitions import DefinitionStore
 from ..storage.message_store import MessageStore
 from ..storage.recovery import restore_messages
@@ -29,6 +30,7 @@ class Broker:
     # Set by open_data_dir: without them the broker keeps nothing on disk.
     definitions: DefinitionStore | None = None
     store: MessageStore | None = None
+    dead_letter_log: DeadLetterLog | None = None
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -77,6 +79,11 @@ class Broker:
         saved = self.definitions.load()
         if saved is not None:
             definitions.import_(self, saved)
+        config = self.config
+        self.dead_letter_log = DeadLetterLog(
+            data_dir / "dead-letters", config.dead_letter_log_file_bytes,
+            config.dead_letter_log_file_seconds, config.dead_letter_log_retention_bytes,
+            config.dead_letter_log_body_limit)
         self.store = MessageStore(data_dir / "messages")
         recovered = self.store.recover()
         problems.extend(recovered.problems)
@@ -90,6 +97,7 @@ class Broker:
     def _attach(self, vhost: VirtualHost) -> None:
         vhost.on_change = self._save_definitions
         vhost.store = self.store
+        vhost.dead_letterer.log = self.dead_letter_log
         for queue in vhost.queues.values():
             if queue.durable:
                 queue.store = self.store

@@ -10,9 +10,12 @@ byte).  A flood of poison messages then costs little more than a publish.
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 import time
+from functools import partial
+from typing import NamedTuple
 
 from dlx.dead_letter import (
     CYCLE,
@@ -25,6 +28,7 @@ from dlx.dead_letter import (
 )
 
 from ..wire.properties import locate, splice_dead_letter
+from .dead_letter_events import event_common, event_head
 from .message import HEADER_PREFIX, Message, dead_letter_headers
 from .queue import REJECTED
 
@@ -33,16 +37,26 @@ log = logging.getLogger("amqp_server.dlx")
 INVALID_HEADER = "invalid_header"  # properties that cannot be read: dropped, counted
 
 
+class Plan(NamedTuple):
+    cause: str | None        # why it goes nowhere, or None: republish
+    template: Message | None  # the first message, as republished
+    targets: list            # target queues
+    new_headers: bytes       # its encoded headers table
+    event: str               # the shared part of its dead-letter log line
+
+
 class DeadLetterer:
     def __init__(self, vhost) -> None:
         self.vhost = vhost
         self._logged_cycles: set[tuple[str, ...]] = set()
+        self.log = None  # the DeadLetterLog, once the broker has a data directory
 
     def dead_letter(self, queue, messages: list[Message], reason: str) -> None:
         settings = queue.settings
         stats = queue.stats
-        now = int(time.time())
+        now = time.time()
         plans: dict = {}
+        plan_heads: dict = {}  # plan key -> log line head, for the usual outcome
         for message in messages:
             message = message.origin or message
             header = message.header
@@ -56,59 +70,68 @@ class DeadLetterer:
             else:
                 key = (header[layout[1]:layout[2]], header[layout[3]:layout[4]],
                        message.exchange, message.routing_keys, message.bcc)
-            planned = plans.get(key)
-            if planned is None:
-                planned = plans[key] = self._plan(queue, message, reason, now)
-                copy = planned[1]
-            elif planned[0] is None:
-                template = planned[1]
-                spliced = (template.header if layout is None
-                           else splice_dead_letter(header, HEADER_PREFIX, layout, planned[3]))
-                copy = template.sibling(spliced, message.body)
-            cause, _, targets, _ = planned
+            plan = plans.get(key)
+            if plan is None:
+                plan = plans[key] = self._plan(queue, message, reason, int(now))
+                copy = plan.template
+            elif plan.cause is None:
+                spliced = (plan.template.header if layout is None
+                           else splice_dead_letter(header, HEADER_PREFIX, layout,
+                                                   plan.new_headers))
+                copy = plan.template.sibling(spliced, message.body)
+            cause = plan.cause
+            accepted = []
             if cause is None:
-                accepted = False
-                for target in targets:
-                    if target.enqueue(copy) is not REJECTED:
-                        accepted = True
+                accepted = [target.name for target in plan.targets
+                            if target.enqueue(copy) is not REJECTED]
                 if not accepted:
                     cause = TARGET_FULL
             if cause is None:
                 stats["dead_lettered"][reason] += 1
             elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
-                # Kept until a target takes it; the reaper retries.
+                # Kept until a target takes it; the reaper retries (logged then).
                 queue.hold_dead_letter(message, reason)
+                continue
             else:
                 stats["dropped"][(cause, reason)] += 1
+            if self.log is not None:
+                if cause is None and len(accepted) == len(plan.targets):
+                    head = plan_heads.get(key)
+                    if head is None:
+                        head = plan_heads[key] = event_head(plan.event, now, None, accepted)
+                else:
+                    head = event_head(plan.event, now, cause, accepted)
+                self.log.record(head, message.header, message.body)
 
-    def _plan(self, queue, message: Message, reason: str, now: int):
-        """(drop cause or None, the republished message, its target queues,
-        its encoded headers table)."""
+    def _plan(self, queue, message: Message, reason: str, now: int) -> Plan:
         settings = queue.settings
         try:
             letter = message.letter()
         except ValueError:
-            return INVALID_HEADER, None, (), b""
-        plan = dead_letter(letter, queue.name, reason, settings.dead_letter_exchange,
-                           settings.dead_letter_routing_key, now)
-        if isinstance(plan, Drop):
-            return plan.cause, None, (), b""
+            unreadable = {"vhost": self.vhost.name, "queue": queue.name, "reason": reason}
+            return Plan(INVALID_HEADER, None, [], b"", json.dumps(unreadable)[1:-1])
+        decided = dead_letter(letter, queue.name, reason, settings.dead_letter_exchange,
+                              settings.dead_letter_routing_key, now)
+        event = partial(event_common, self.vhost.name, queue.name, reason, letter)
+        if isinstance(decided, Drop):
+            return Plan(decided.cause, None, [], b"", event(settings, now))
         vhost = self.vhost
-        exchange = vhost.exchanges.get(plan.exchange)
+        exchange = vhost.exchanges.get(decided.exchange)
         if exchange is None:
-            return DLX_MISSING, None, (), b""
-        new_headers = dead_letter_headers(plan)
-        copy = message.dead_lettered(plan, new_headers)
+            return Plan(DLX_MISSING, None, [], b"", event(settings, now, decided))
+        new_headers = dead_letter_headers(decided)
+        copy = message.dead_lettered(decided, new_headers)
         routed = vhost.route(exchange, list(copy.routing_keys), copy)
         if not routed:
-            return NO_ROUTE, None, (), b""
-        keep, cycling = split_cycles(reason, plan.history, [q.name for q in routed])
+            return Plan(NO_ROUTE, None, [], b"", event(settings, now, decided))
+        keep, cycling = split_cycles(reason, decided.history, [q.name for q in routed])
         if cycling:
-            self._log_cycle(cycling, plan.history.queue_names())
+            self._log_cycle(cycling, decided.history.queue_names())
         if not keep:
-            return CYCLE, None, (), b""
+            return Plan(CYCLE, None, [], b"", event(settings, now, decided))
         kept = set(keep)
-        return None, copy, [target for target in routed if target.name in kept], new_headers
+        return Plan(None, copy, [target for target in routed if target.name in kept],
+                    new_headers, event(settings, now, decided))
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:

@@ -135,10 +135,10 @@ class Queue:
                             self.store.delivered(self.vhost, self.name, entry)
                         consumer.take(self, entry)
                         return ACCEPTED
+            # Messages already waiting mean no consumer has room: whatever
+            # frees room (ack, qos, flow, a flushed socket) dispatches.
             self.ready.append(entry)
             self.ready_bytes += len(message.body)
-            if consumers and len(self.ready) > 1:
-                self.dispatch()
             return ACCEPTED
         return self._enqueue_checked(message)
 

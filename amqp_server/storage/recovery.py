@@ -16,6 +16,8 @@ def restore_messages(broker, recovered) -> list[str]:
     problems = []
     store = broker.store
     for (vhost_name, queue_name), stored in recovered.queues.items():
+        if not stored:
+            continue
         vhost = broker.vhosts.get(vhost_name)
         queue = vhost.queues.get(queue_name) if vhost is not None else None
         if queue is None or not queue.durable:

@@ -162,7 +162,11 @@ class SegmentLog:
             handle = self._handles.get(number)
             if handle is None:
                 for old in [n for n in self._handles if n < number]:
-                    self._handles.pop(old).close()
+                    finished = self._handles.pop(old)
+                    touched.pop(old, None)
+                    finished.flush()
+                    os.fsync(finished.fileno())
+                    finished.close()
                 created = created or not self._path(number).exists()
                 handle = self._handles[number] = open(self._path(number), "ab")
             handle.write(record)

@@ -188,3 +188,27 @@ def delivery_mode(header: bytes, offset: int) -> int | None:
     if flags & _HEADERS_BIT:
         pos += 4 + _U32.unpack_from(header, pos)[0]
     return header[pos]
+
+
+def simple_properties(header: bytes, offset: int) -> dict:
+    """Every property except the headers table, read in place (the table
+    is skipped, not decoded): what a log line needs, cheaply."""
+    (flags,) = _U16.unpack_from(header, offset)
+    pos = offset + 2
+    found = {}
+    for name, bit, kind in PROPERTY_SPEC:
+        if not flags & bit:
+            continue
+        if kind == "shortstr":
+            length = header[pos]
+            found[name] = header[pos + 1:pos + 1 + length].decode("utf-8", "surrogateescape")
+            pos += 1 + length
+        elif kind == "octet":
+            found[name] = header[pos]
+            pos += 1
+        elif kind == "timestamp":
+            found[name] = _U64.unpack_from(header, pos)[0]
+            pos += 8
+        else:
+            pos += 4 + _U32.unpack_from(header, pos)[0]
+    return found

@@ -1,0 +1,194 @@
+"""The message store and definitions on disk: damaged files, segment
+deletion, and restarts of every kind of definition."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_server.broker.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.storage import records
+from amqp_server.storage.message_store import MessageStore
+from amqp_server.wire.table import FieldTable
+from tests.test_queue_deaths import message
+
+
+def persistent(key: str, body: bytes = b"x", **props):
+    return message(key, body, delivery_mode=2, **props)
+
+
+def open_broker(path) -> tuple[Broker, list[str]]:
+    broker = Broker(BrokerConfig(data_dir=str(path)))
+    problems = broker.open_data_dir()
+    return broker, problems
+
+
+def publish_n(broker, queue_name: str, count: int) -> None:
+    vhost = broker.vhosts["/"]
+    queue = vhost.queues[queue_name]
+    for n in range(count):
+        queue.enqueue(persistent(queue_name, f"m{n}".encode()))
+    broker.store.flush_now()
+
+
+def bodies(broker, name: str) -> list[bytes]:
+    return [entry.message.body for entry in broker.vhosts["/"].queues[name].ready]
+
+
+def segment_files(path) -> list:
+    return sorted((path / "messages").glob("*.seg"))
+
+
+def test_records_survive_a_flipped_byte_and_a_torn_tail():
+    data = b"".join(records.encode(["E", n]) for n in range(5))
+    one = len(records.encode(["E", 0]))
+    damaged = bytearray(data)
+    damaged[one * 2 + records.HEAD_SIZE + 1] ^= 0xFF  # inside record 2's payload
+    damaged = bytes(damaged) + records.encode(["E", 5])[:7]  # and a torn tail
+    found, problems, _ = records.decode_all(damaged)
+    assert found == [["E", 0], ["E", 1], ["E", 3], ["E", 4]]
+    assert [offset for offset, _ in problems] == [one * 2, one * 5]
+    assert "torn" in problems[-1][1]
+
+
+def test_corrupt_length_field_resyncs_on_the_next_record():
+    data = bytearray(b"".join(records.encode(["E", n]) for n in range(3)))
+    data[3] = 0x7F  # record 0's length now points far away
+    found, problems, _ = records.decode_all(bytes(data))
+    assert found == [["E", 1], ["E", 2]] and len(problems) == 1
+
+
+def test_restart_keeps_messages_and_reports_damage(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    broker.vhosts["/"].declare_queue("q", None, durable=True)
+    publish_n(broker, "q", 5)
+    (segment,) = segment_files(tmp_path)
+    raw = bytearray(segment.read_bytes())
+    raw += b"\xa5\x5a\x00\x00"  # a torn write at the end
+    segment.write_bytes(bytes(raw))
+    again, problems = open_broker(tmp_path)
+    assert bodies(again, "q") == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    assert any("torn" in p for p in problems)
+    assert segment.stat().st_size == len(raw) - 4  # truncated away
+
+
+def test_flipped_byte_costs_one_message_not_the_rest(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    broker.vhosts["/"].declare_queue("q", None, durable=True)
+    publish_n(broker, "q", 5)
+    (segment,) = segment_files(tmp_path)
+    raw = bytearray(segment.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    segment.write_bytes(bytes(raw))
+    again, problems = open_broker(tmp_path)
+    assert len(bodies(again, "q")) == 4 and problems
+
+
+def test_empty_and_missing_segments_do_not_stop_a_start(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    broker.vhosts["/"].declare_queue("q", None, durable=True)
+    publish_n(broker, "q", 2)
+    (tmp_path / "messages" / "00000009.seg").write_bytes(b"")
+    again, _ = open_broker(tmp_path)
+    assert bodies(again, "q") == [b"m0", b"m1"]
+    for segment in segment_files(tmp_path):
+        segment.unlink()
+    third, _ = open_broker(tmp_path)
+    assert bodies(third, "q") == []
+    assert "q" in third.vhosts["/"].queues  # definitions are separate
+
+
+def test_acked_messages_stay_gone_and_drained_segments_are_deleted(tmp_path):
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    broker.open_data_dir()
+    broker.store.log.segment_size = 200  # roll often
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
+    publish_n(broker, "q", 20)
+    assert len(segment_files(tmp_path)) > 3
+    taken = [queue.take_one() for _ in range(20)]
+    queue.settle(taken)
+    broker.store.flush_now()
+    broker.store.flush_now()
+    files = segment_files(tmp_path)
+    assert len(files) <= 1 and sum(f.stat().st_size for f in files) < 400
+    again, _ = open_broker(tmp_path)
+    assert bodies(again, "q") == []
+
+
+def test_queue_delete_and_purge_are_durable(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    vhost = broker.vhosts["/"]
+    kept = vhost.declare_queue("kept", None, durable=True)
+    gone = vhost.declare_queue("gone", None, durable=True)
+    publish_n(broker, "kept", 3)
+    publish_n(broker, "gone", 3)
+    kept.purge()
+    vhost.remove_queue(gone)
+    broker.store.flush_now()
+    again, _ = open_broker(tmp_path)
+    assert bodies(again, "kept") == []
+    assert "gone" not in again.vhosts["/"].queues
+
+
+def test_every_kind_of_definition_survives_a_restart(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    broker.add_vhost("other")
+    vhost = broker.vhosts["/"]
+    vhost.declare_exchange("dx", "topic", durable=True,
+                           arguments=FieldTable({"alternate-exchange": "ae"}))
+    vhost.declare_exchange("tx", "fanout")  # transient
+    durable = vhost.declare_queue("dq", None, durable=True, arguments=FieldTable(
+        {"x-dead-letter-exchange": "dlx", "x-max-length": 10}))
+    vhost.declare_queue("tq", None)
+    vhost.declare_queue("adq", None, durable=True, auto_delete=True)
+    vhost.declare_queue("qq", None, durable=True, arguments=FieldTable({"x-queue-type": "quorum"}))
+    vhost.bind("dx", durable, "a.#", None)
+    vhost.bind("amq.direct", durable, "k", None)
+    broker.set_policy("/", "p", "^dq$", {"message-ttl": 100})
+    again, _ = open_broker(tmp_path)
+    host = again.vhosts["/"]
+    assert "other" in again.vhosts
+    assert host.exchanges["dx"].type_name == "topic" and host.exchanges["dx"].alternate == "ae"
+    assert "tx" not in host.exchanges
+    assert set(host.queues) == {"dq", "qq"}
+    dq = host.queues["dq"]
+    assert dq.arguments == {"x-dead-letter-exchange": "dlx", "x-max-length": 10}
+    assert dq.settings.message_ttl == 100 and dq.policy.name == "p"
+    assert host.queues["qq"].is_quorum
+    assert sorted((b.source.name, b.routing_key) for b in dq.bindings.values()) == [
+        ("amq.direct", "k"), ("dx", "a.#")]
+    host.delete_exchange("dx")
+    third, _ = open_broker(tmp_path)
+    assert "dx" not in third.vhosts["/"].exchanges
+
+
+def test_users_survive_with_their_hashes(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    again, _ = open_broker(tmp_path)
+    assert again.authenticate("guest", "guest") is not None
+    assert again.authenticate("guest", "wrong") is None
+
+
+def test_message_store_ignores_records_of_unknown_queues(tmp_path):
+    store = MessageStore(tmp_path / "messages")
+    store.recover()
+    from amqp_server.broker.message import Entry
+    entry = Entry(0, persistent("ghost"))
+    store.enqueue("/", "ghost", entry, entry.message)
+    store.flush_now()
+    broker, problems = open_broker(tmp_path)
+    assert any("missing queue 'ghost'" in p for p in problems)
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_redelivered_flag_follows_delivery(tmp_path, delivered):
+    broker, _ = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
+    publish_n(broker, "q", 1)
+    if delivered:
+        entry = queue.take_one()
+        queue.requeue([entry])
+    broker.store.flush_now()
+    again, _ = open_broker(tmp_path)
+    (entry,) = again.vhosts["/"].queues["q"].ready
+    assert entry.redelivered is delivered
