@@ -30,6 +30,8 @@ class BenchConnection(asyncio.Protocol):
         self.deliveries = 0
         self.returns = 0
         self.acked_upto = 0
+        self.confirmed = 0  # highest publisher confirm received
+        self.confirm_event = asyncio.Event()
         self.ack_every = 0
         self.reject = False  # settle with nack(multiple, requeue=false) instead of ack
         self.ack_channel = 1
@@ -73,7 +75,12 @@ class BenchConnection(asyncio.Protocol):
                     (last_tag,) = _TAG.unpack_from(data, tag_at)
                 elif class_id == 60 and method_id == 50:
                     self.returns += 1
-                elif not (class_id == 60 and method_id == 80):
+                elif class_id == 60 and method_id in (80, 120):
+                    # publisher confirm (ack or nack): confirms come in order
+                    (tag,) = _TAG.unpack_from(data, pos + 11)
+                    self.confirmed = max(self.confirmed, tag)
+                    self.confirm_event.set()
+                else:
                     self.replies.put_nowait((channel, decode_method(data[pos + 7:frame_end])))
             pos = frame_end + 1
         self.buffer = data[pos:]

@@ -62,6 +62,9 @@ class RssSampler:
             except OSError:
                 self.pid = None
 
+    def peak_mb(self) -> float | None:
+        return round(self.peak / 2**20, 1) if self.peak else None
+
     def growth_mb(self) -> float | None:
         if not self.baseline:
             return None

@@ -8,6 +8,7 @@ side, lower being better (memory).
 from __future__ import annotations
 
 from .dead_letters import dead_letter_path, ttl_mass_expiry
+from .persistent import persistent_confirms
 from .scenarios import _many_connections, _run, publish_consume
 
 SCENARIOS = {
@@ -29,6 +30,14 @@ SCENARIOS = {
         what="consumer nacks every message (requeue=false), a second drains the DLQ"),
     "ttl-expiry": dict(
         run=lambda url, scale: ttl_mass_expiry(url, int(100_000 * scale), 120),
-        metric="seconds", better="lower", extra=("rss_growth_mb",),
+        metric="seconds", better="lower", extra=("peak_rss_mb", "rss_growth_mb"),
         what="100k messages with per-message TTLs expiring at one instant, until all in the DLQ"),
+    "persistent-1": dict(
+        run=lambda url, scale: persistent_confirms(url, int(50_000 * scale), 1),
+        metric="confirms_per_s",
+        what="persistent 1 KB messages to a durable queue, confirms, 1 publisher"),
+    "persistent-10": dict(
+        run=lambda url, scale: persistent_confirms(url, int(50_000 * scale), 10),
+        metric="confirms_per_s",
+        what="persistent 1 KB messages to a durable queue, confirms, 10 publishers"),
 }

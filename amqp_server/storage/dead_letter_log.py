@@ -114,18 +114,47 @@ def _writer_main(pipe, settings: tuple) -> None:
         files.close()
 
 
+# Write behind: the writer gets events once dead-lettering pauses for this
+# long, or when this many are waiting, so a burst is not slowed by its own
+# audit trail competing for the CPU.
+QUIET_SECONDS = 0.05
+MAX_WAITING = 200_000
+
+
 def _send_batches(outbox: queue.SimpleQueue, pipe) -> None:
-    while True:
-        batch = outbox.get()
+    waiting: list = []
+    done = False
+    while not done:
+        batch = outbox.get() if not waiting else _get(outbox)
+        if batch is None:
+            done = True
+        elif batch is not _QUIET:
+            waiting.extend(batch)
+            if len(waiting) < MAX_WAITING:
+                continue
+        if not waiting:
+            continue
         try:
-            pipe.send_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+            pipe.send_bytes(pickle.dumps(waiting, protocol=pickle.HIGHEST_PROTOCOL))
         except (OSError, ValueError) as exc:
             # The audit trail must never stop dead-lettering; the loss is logged.
-            log.error("dead-letter log writer gone, %d events lost: %s",
-                      len(batch or ()), exc)
-        if batch is None:
-            pipe.close()
-            return
+            log.error("dead-letter log writer gone, %d events lost: %s", len(waiting), exc)
+        waiting = []
+    try:
+        pipe.send_bytes(pickle.dumps(None))
+    except (OSError, ValueError):
+        pass
+    pipe.close()
+
+
+_QUIET = object()
+
+
+def _get(outbox: queue.SimpleQueue):
+    try:
+        return outbox.get(timeout=QUIET_SECONDS)
+    except queue.Empty:
+        return _QUIET
 
 
 class DeadLetterLog:
