@@ -57,6 +57,7 @@ class DeadLetterer:
         now = time.time()
         plans: dict = {}
         plan_heads: dict = {}  # plan key -> log line head, for the usual outcome
+        republished = 0
         for message in messages:
             message = message.origin or message
             header = message.header
@@ -87,7 +88,7 @@ class DeadLetterer:
                 if not accepted:
                     cause = TARGET_FULL
             if cause is None:
-                stats["dead_lettered"][reason] += 1
+                republished += 1
             elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
                 # Kept until a target takes it; the reaper retries (logged then).
                 queue.hold_dead_letter(message, reason)
@@ -102,6 +103,8 @@ class DeadLetterer:
                 else:
                     head = event_head(plan.event, now, cause, accepted)
                 self.log.record(head, message.header, message.body)
+        if republished:
+            stats["dead_lettered"][reason] += republished
 
     def _plan(self, queue, message: Message, reason: str, now: int) -> Plan:
         settings = queue.settings

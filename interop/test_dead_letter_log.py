@@ -1,0 +1,68 @@
+"""The dead-letter log as the Spark audit will read it: one JSON line per
+death, every declared field present, drops included with their cause."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+
+import pika
+
+from amqp_server.storage.dead_letter_log import LogFiles
+from dlx.events import FIELD_NAMES
+
+
+def read_events(broker, expected: int, timeout: float = 10.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        files = sorted((broker.broker.dead_letter_log.directory).glob("*.ndjson"))
+        lines = [line for path in files for line in path.read_text().splitlines()]
+        if len(lines) >= expected or time.monotonic() > deadline:
+            return [json.loads(line) for line in lines]
+        time.sleep(0.05)
+
+
+def test_every_death_is_logged(broker, channel):
+    channel.exchange_declare("dlx", "fanout")
+    channel.queue_declare("dlq")
+    channel.queue_bind("dlq", "dlx")
+    channel.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx"})
+    channel.queue_declare("plain")
+    channel.basic_publish("", "work", b"poison", pika.BasicProperties(
+        message_id="m-1", correlation_id="c-1", headers={"tenant": "acme", "n": 3},
+        content_type="text/plain"))
+    channel.basic_publish("", "plain", b"lost")
+    for queue in ("work", "plain"):
+        method, _, _ = channel.basic_get(queue)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    events = read_events(broker, 2)
+    assert len(events) == 2
+    for event in events:
+        assert set(event) == set(FIELD_NAMES)
+    dead, dropped = sorted(events, key=lambda e: e["queue"] != "work")
+    assert dead["outcome"] == "dead_lettered" and dead["reason"] == "rejected"
+    assert dead["target_queues"] == ["dlq"] and dead["dead_letter_exchange"] == "dlx"
+    assert dead["message_id"] == "m-1" and dead["correlation_id"] == "c-1"
+    assert dead["headers"] == {"tenant": '"acme"', "n": "3"}
+    assert dead["properties"]["content_type"] == '"text/plain"'
+    assert dead["deaths"][0]["queue"] == "work" and dead["deaths"][0]["count"] == 1
+    assert dead["first_death_reason"] == "rejected"
+    assert base64.b64decode(dead["body"]) == b"poison"
+    assert dead["body_sha256"] == hashlib.sha256(b"poison").hexdigest()
+    assert abs(dead["time"] / 1e6 - time.time()) < 60
+    assert dropped["outcome"] == "dropped" and dropped["drop_cause"] == "no_dlx"
+    assert dropped["target_queues"] == []
+
+
+def test_files_roll_and_retention_bounds_them(tmp_path):
+    files = LogFiles(tmp_path, max_file_bytes=100, max_file_seconds=3600, retention_bytes=350)
+    for n in range(10):
+        files.write([json.dumps({"n": n, "pad": "x" * 60}) + "\n"])
+    files.close()
+    kept = sorted(tmp_path.glob("*.ndjson"))
+    assert 1 < len(kept) < 10
+    assert sum(p.stat().st_size for p in kept) <= 350 + 100
+    last = json.loads(kept[-1].read_text().splitlines()[-1])
+    assert last["n"] == 9
