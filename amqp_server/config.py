@@ -37,6 +37,9 @@ class BrokerConfig:
     # dead-letter-strategy and overflow when a queue argument and a policy
     # both set one: "argument" (RabbitMQ) or "policy" (central control).
     policy_precedence: str = "argument"
+    # Below this many free bytes on the data directory's disk, publishers are
+    # blocked (connection.blocked) until space returns (RabbitMQ's default).
+    disk_free_limit: int = 50_000_000
     # The dead-letter log in <data_dir>/dead-letters: files roll at a size or
     # an age; the oldest go once all together pass the retention size; bodies
     # up to the limit are kept in full (larger ones as size and digest only).

@@ -54,6 +54,23 @@ class AMQPProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         conn.receive_data(data)
+        if conn.publishing and self.server.broker.alarms and not conn.blocked:
+            self.apply_alarm()
+        self._flush()
+
+    def apply_alarm(self) -> None:
+        """Block a publisher while an alarm is in force, unblock it after;
+        consumers keep being served either way."""
+        conn = self.conn
+        if self.transport is None or conn is None:
+            return
+        alarms = self.server.broker.alarms
+        if alarms and conn.publishing and not conn.blocked:
+            conn.block("low on " + " and ".join(sorted(alarms)))
+            self.transport.pause_reading()
+        elif not alarms and conn.blocked:
+            conn.unblock()
+            self.transport.resume_reading()
         self._flush()
 
     def _schedule_flush(self) -> None:
@@ -150,9 +167,10 @@ class Server:
         if broker.store is not None:
             broker.store.attach(loop)
             broker.dead_letter_log.attach(loop)
+        broker.on_alarm = self._alarm_changed
         period = broker.config.message_expiry_scan_period
         if period > 0:
-            self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
+            self._reaper = broker.timers.call_every(period / 1000.0, self._tick)
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -162,6 +180,15 @@ class Server:
             await self.management.start()
             log.info("management HTTP API listening on %s:%d", self.host,
                      self.management.port)
+
+    def _tick(self) -> None:
+        broker = self.broker
+        broker.sweep()
+        broker.check_resources()
+
+    def _alarm_changed(self) -> None:
+        for protocol in list(self.protocols):
+            protocol.apply_alarm()
 
     async def stop(self, grace: float = 1.0) -> None:
         """Close the listener, send 320 CONNECTION_FORCED to every client."""

@@ -192,3 +192,23 @@ def test_redelivered_flag_follows_delivery(tmp_path, delivered):
     again, _ = open_broker(tmp_path)
     (entry,) = again.vhosts["/"].queues["q"].ready
     assert entry.redelivered is delivered
+
+
+def test_dead_letter_reaches_disk_before_the_source_forgets_it(tmp_path):
+    """A crash at any point of the write keeps the message in the source or
+    the target: the target's entry precedes the source's removal in the log."""
+    broker, _ = open_broker(tmp_path)
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("target", None, durable=True)
+    source = vhost.declare_queue("source", None, durable=True, arguments=FieldTable(
+        {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "target"}))
+    publish_n(broker, "source", 1)
+    source.reject([source.take_one()])
+    broker.store.flush_now()
+    found = []
+    for segment in segment_files(tmp_path):
+        decoded, _, _ = records.decode_all(segment.read_bytes())
+        found += [(r[0], r[2]) for r in decoded]
+    assert found.index(("E", "target")) < found.index(("R", "source"))
+    again, _ = open_broker(tmp_path)
+    assert bodies(again, "target") == [b"m0"] and bodies(again, "source") == []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from policies.model import Policy, PolicyError, make_policy
 from policies.store import PolicyStore
@@ -16,6 +19,8 @@ from ..storage.message_store import MessageStore
 from ..storage.recovery import restore_messages
 from .timers import Timers, now_ms
 from .users import User
+
+log = logging.getLogger("amqp_server")
 from .vhost import VirtualHost
 
 
@@ -31,6 +36,9 @@ class Broker:
     definitions: DefinitionStore | None = None
     store: MessageStore | None = None
     dead_letter_log: DeadLetterLog | None = None
+    # Resource alarms in force ("disk", "memory"); the shell watches them.
+    alarms: set = field(default_factory=set)
+    on_alarm: Callable[[], None] = lambda: None
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -56,6 +64,28 @@ class Broker:
         if user is None or not user.check_password(password):
             return None
         return user
+
+    def check_resources(self) -> None:
+        """The disk alarm: set below `disk_free_limit` free bytes, cleared
+        when space returns; the shell blocks and unblocks publishers."""
+        if self.definitions is None:
+            return
+        try:
+            free = shutil.disk_usage(self.config.data_dir).free
+        except OSError:
+            return
+        self.set_alarm("disk", free < self.config.disk_free_limit)
+
+    def set_alarm(self, resource: str, raised: bool) -> None:
+        if raised == (resource in self.alarms):
+            return
+        if raised:
+            self.alarms.add(resource)
+            log.warning("%s alarm set: publishers are blocked", resource)
+        else:
+            self.alarms.discard(resource)
+            log.warning("%s alarm cleared", resource)
+        self.on_alarm()
 
     def sweep(self, now: float | None = None) -> int:
         """The expiry reaper: expired messages anywhere in any queue die now,

@@ -106,6 +106,8 @@ class Connection:
         self.mechanism = ""
         self._last_publish = b""
         self._last_fields = None
+        self.publishing = False  # has published: a resource alarm blocks it
+        self.blocked = False
 
     # ---- output --------------------------------------------------------
 
@@ -264,14 +266,28 @@ class Connection:
         if fields is None:
             raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
         exchange, routing_key, route, bits, _ = fields
+        self.publishing = True
         self._on_channel(channel, channel.start_publish, exchange, routing_key, route,
                          bool(bits & 1), bool(bits & 2))
+
+    def block(self, reason: str) -> None:
+        """A resource alarm: tell the client (if it asked to know) that it is
+        blocked; the shell stops reading from it."""
+        self.blocked = True
+        if self.capabilities.get("connection.blocked") and self.state == OPEN:
+            self._send_method(0, make(spec.Connection.Blocked, reason=reason))
+
+    def unblock(self) -> None:
+        self.blocked = False
+        if self.capabilities.get("connection.blocked") and self.state == OPEN:
+            self._send_method(0, make(spec.Connection.Unblocked))
 
     def _fused_publish(self, channel: Channel, payload: bytes, data: bytes, pos: int,
                        end_of_data: int) -> int:
         """The common case in one step: publish, header and a single body frame
         all in this read.  Returns where the next frame starts, or 0 to let
         the general path (which also reports every error) handle it."""
+        self.publishing = True
         if channel._publish is not None or channel.tx is not None:
             return 0
         if pos + 7 > end_of_data:
@@ -532,7 +548,8 @@ class Connection:
         """Called every heartbeat/2 seconds by the shell."""
         if self.state == CLOSED or not self.heartbeat:
             return
-        if self._received_since_tick:
+        if self._received_since_tick or self.blocked:
+            # A blocked connection is not read from: its silence is ours.
             self._silent_ticks = 0
         else:
             self._silent_ticks += 1
