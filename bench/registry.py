@@ -8,6 +8,7 @@ side, lower being better (memory).
 from __future__ import annotations
 
 from .dead_letters import dead_letter_path, ttl_mass_expiry
+from .memory import memory_per_message
 from .persistent import persistent_confirms
 from .scenarios import _many_connections, _run, publish_consume
 
@@ -40,4 +41,12 @@ SCENARIOS = {
         run=lambda url, scale: persistent_confirms(url, int(50_000 * scale), 10),
         metric="confirms_per_s",
         what="persistent 1 KB messages to a durable queue, confirms, 10 publishers"),
+    "memory-transient": dict(
+        run=lambda url, scale: memory_per_message(url, int(1_000_000 * scale), False),
+        metric="bytes_per_message", better="lower",
+        what="RSS growth per queued 100-byte transient message, 1M queued"),
+    "memory-persistent": dict(
+        run=lambda url, scale: memory_per_message(url, int(1_000_000 * scale), True),
+        metric="bytes_per_message", better="lower",
+        what="RSS growth per queued 100-byte persistent message, 1M queued"),
 }

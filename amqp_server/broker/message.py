@@ -217,14 +217,12 @@ class Entry:
     """One message's place in one queue; the same message routed to several
     queues gets an entry in each, with its own redelivered flag."""
 
-    __slots__ = ("seq", "message", "redelivered", "delivery_count", "deadline", "returns",
-                 "segment")
+    __slots__ = ("seq", "message", "redelivered", "deadline", "returns", "segment")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq
         self.message = message
         self.redelivered = False
-        self.delivery_count = 0
         self.deadline: float | None = None  # wall-clock ms, None = never expires
         self.returns = 0  # quorum queues: times it came back unsuccessfully
         self.segment: int | None = None  # message-store segment holding it, if stored

@@ -130,7 +130,6 @@ class Queue:
                     if consumer.can_take():
                         self.unacked += 1
                         self.delivered += 1
-                        entry.delivery_count = 1
                         if entry.segment is not None:
                             self.store.delivered(self.vhost, self.name, entry)
                         consumer.take(self, entry)
@@ -229,7 +228,6 @@ class Queue:
                 self.ready_bytes -= len(entry.message.body)
                 self.unacked += 1
                 self.delivered += 1
-                entry.delivery_count += 1
                 if entry.segment is not None:
                     self.store.delivered(self.vhost, self.name, entry)
                 consumer.take(self, entry)
@@ -248,7 +246,6 @@ class Queue:
         entry = self._pop()
         self.unacked += 1
         self.delivered += 1
-        entry.delivery_count += 1
         if entry.segment is not None:
             self.store.delivered(self.vhost, self.name, entry)
         return entry

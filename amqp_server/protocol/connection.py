@@ -106,6 +106,7 @@ class Connection:
         self.mechanism = ""
         self._last_publish = b""
         self._last_fields = None
+        self._last_header = b""
         self.publishing = False  # has published: a resource alarm blocks it
         self.blocked = False
 
@@ -325,8 +326,14 @@ class Connection:
                 or data[pos + 7 : pos + 9] != b"\x00\x3c"):
             return 0  # malformed, immediate, oversized or not class 60: the slow path says why
         exchange, routing_key, route, bits, routing_keys = fields
-        message = Message(exchange, routing_key, route, data[pos + 7 : header_end], body,
-                          routing_keys)
+        header = data[pos + 7 : header_end]
+        if header == self._last_header:
+            # Same properties as the previous publish: queued messages share
+            # one header object (about 50 bytes each for a deep queue).
+            header = self._last_header
+        else:
+            self._last_header = header
+        message = Message(exchange, routing_key, route, header, body, routing_keys)
         try:
             channel.publish(message, bool(bits & 1))
         except AMQPError as error:

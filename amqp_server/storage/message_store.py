@@ -119,11 +119,14 @@ class MessageStore:
         """Append an entry; sets entry.segment, returns the generation whose
         flush makes it durable."""
         keys = message.routing_keys
-        record = records.encode(["E", vhost, queue, entry.seq, message.exchange,
-                                 message.routing_key, message.header, message.body,
-                                 list(keys) if keys != (message.routing_key,) else None,
-                                 list(message.bcc) or None, entry.deadline])
-        segment, generation = self.log.append(record, live=1)
+        # Encoded by the writer thread: until then the record shares the
+        # message's header and body instead of copying them.
+        record = ["E", vhost, queue, entry.seq, message.exchange, message.routing_key,
+                  message.header, message.body,
+                  list(keys) if keys != (message.routing_key,) else None,
+                  list(message.bcc) or None, entry.deadline]
+        size = len(message.header) + len(message.body) + len(queue) + 48
+        segment, generation = self.log.append(record, size, live=1)
         entry.segment = segment
         return generation
 
@@ -147,7 +150,7 @@ class MessageStore:
         live = [entry for entry in entries if entry.segment is not None]
         if not live:
             return
-        self.log.append(records.encode(["P", vhost, queue, upto]))
+        self.log.append(["P", vhost, queue, upto], len(queue) + 24)
         for entry in live:
             self.log.release(entry.segment)
             entry.segment = None
@@ -155,7 +158,8 @@ class MessageStore:
     def _emit_batched(self) -> None:
         for kind, table in (("D", self._delivered), ("R", self._removed)):
             for (vhost, queue), seqs in table.items():
-                self.log.append(records.encode([kind, vhost, queue, seqs]), schedule=False)
+                self.log.append([kind, vhost, queue, seqs], len(queue) + 16 + 5 * len(seqs),
+                                schedule=False)
             table.clear()
 
     # ---- durability notifications -----------------------------------------

@@ -20,6 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from . import records
+
 log = logging.getLogger("amqp_server.storage")
 
 SEGMENT_SUFFIX = ".seg"
@@ -37,7 +39,7 @@ class SegmentLog:
         self.active_size = 0
         self.generation = 1            # the flush that will carry new appends
         self.synced = 0                # every append of generations <= this is on disk
-        self._buffer: list[tuple[int, bytes]] = []
+        self._buffer: list[tuple[int, list]] = []
         self._loop = None
         self._executor = None
         self._flushing = False
@@ -72,13 +74,15 @@ class SegmentLog:
 
     # ---- appending -----------------------------------------------------
 
-    def append(self, record: bytes, live: int = 0, schedule: bool = True) -> tuple[int, int]:
-        """Buffer a record; returns (segment, generation)."""
+    def append(self, record: list, size: int, live: int = 0,
+               schedule: bool = True) -> tuple[int, int]:
+        """Buffer a record (encoded at write time; `size` estimates its
+        encoded length for rolling); returns (segment, generation)."""
         if self.active_size >= self.segment_size:
             self.active += 1
             self.active_size = 0
             self.segments.append(self.active)
-        self.active_size += len(record)
+        self.active_size += size
         self._buffer.append((self.active, record))
         if live:
             self.live[self.active] += live
@@ -154,7 +158,7 @@ class SegmentLog:
                 self.live.pop(number, None)
         return doomed
 
-    def _write(self, batch: list[tuple[int, bytes]], doomed: list[int]) -> None:
+    def _write(self, batch: list[tuple[int, list]], doomed: list[int]) -> None:
         """Worker thread: append, fsync, then delete dead segments."""
         touched = {}
         created = False
@@ -169,7 +173,7 @@ class SegmentLog:
                     finished.close()
                 created = created or not self._path(number).exists()
                 handle = self._handles[number] = open(self._path(number), "ab")
-            handle.write(record)
+            handle.write(records.encode(record))
             touched[number] = handle
         for handle in touched.values():
             handle.flush()
