@@ -57,7 +57,7 @@ async def test_transactions(broker):
     connection = await aio_pika.connect(broker.url)
     async with connection:
         channel = await connection.channel(publisher_confirms=False)
-        queue = await channel.declare_queue("q")
+        await channel.declare_queue("q")
         async with channel.transaction():
             await channel.default_exchange.publish(aio_pika.Message(b"1"), routing_key="q")
             await channel.default_exchange.publish(aio_pika.Message(b"2"), routing_key="q")

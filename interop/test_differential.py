@@ -15,7 +15,6 @@ from __future__ import annotations
 import uuid
 
 import pika
-import pytest
 from pika.exceptions import ChannelClosedByBroker
 
 

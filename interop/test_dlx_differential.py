@@ -268,7 +268,7 @@ def test_original_keys_with_cc_and_bcc(broker, rabbitmq_url):
     def scenario(s: Scenario):
         s.exchange("in", "direct")
         s.exchange("dlx", "direct")
-        src = s.queue("src", x_dead_letter_exchange="dlx")
+        s.queue("src", x_dead_letter_exchange="dlx")
         for key in ("main", "cc-key", "bcc-key"):
             s.bind("src", "in", key)
         s.queue("dl-main")

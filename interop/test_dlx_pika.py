@@ -11,15 +11,7 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-
-def wait_get(channel, queue, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        method, props, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            return method, props, body
-        time.sleep(0.02)
-    raise AssertionError(f"nothing arrived in {queue}")
+from .waiting import wait_get
 
 
 def dlq_setup(channel, dlx="dlx"):

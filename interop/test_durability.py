@@ -5,7 +5,6 @@ right redelivered flag.  Bounded: a few kill points, each a second or two."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal

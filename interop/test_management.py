@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 
@@ -17,6 +16,8 @@ import pytest
 
 from amqp_server.testing import BrokerThread
 from policies import ctl
+
+from .waiting import wait_get
 
 
 def http(broker, method: str, path: str, body=None, auth=("guest", "guest")):
@@ -37,16 +38,6 @@ def http(broker, method: str, path: str, body=None, auth=("guest", "guest")):
 def amqpctl(broker, *argv: str) -> int:
     port = str(broker.server.management.port)
     return ctl.main(["--port", port, *argv])
-
-
-def wait_get(channel, queue, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        method, props, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            return method, props, body
-        time.sleep(0.02)
-    return None, None, None
 
 
 def test_queue_lifecycle_and_errors(broker):

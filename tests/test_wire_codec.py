@@ -14,7 +14,7 @@ from pamqp import header as pamqp_header
 from pamqp import body as pamqp_body
 
 from amqp_server.wire import frames
-from amqp_server.wire.methods import decode_method, encode_method, make
+from amqp_server.wire.methods import decode_method, make
 from amqp_server.wire.properties import Properties, decode_properties, encode_properties
 from amqp_server.wire.table import (
     FieldTable, Timestamp, decode_table, encode_table, infer_type)

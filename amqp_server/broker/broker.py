@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from policies.model import Policy, PolicyError, make_policy
+from policies.model import Policy, make_policy
 from policies.store import PolicyStore
 
 from ..config import BrokerConfig

@@ -146,7 +146,7 @@ class Channel:
     def handle_method(self, method) -> None:
         if self._publish is not None:
             raise unexpected_frame(
-                f"expected content header for class 60, got non content header frame instead")
+                "expected content header for class 60, got non content header frame instead")
         handler = self._handlers.get(type(method))
         if handler is None:
             raise AMQPError(540, f"unimplemented method {method.name}")

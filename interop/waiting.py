@@ -1,0 +1,17 @@
+"""Polling helpers: RabbitMQ (and our reaper) move messages asynchronously."""
+
+from __future__ import annotations
+
+import time
+
+
+def wait_get(channel, queue: str, timeout: float = 5.0):
+    """basic.get with auto-ack, retried until a message comes or `timeout`
+    passes; (method, properties, body), all None when nothing came."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        method, props, body = channel.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return method, props, body
+        time.sleep(0.02)
+    return None, None, None
