@@ -17,7 +17,7 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 from amqp_server.wire.properties import Properties, decode_properties, encode_properties
 from amqp_server.wire.table import (
-    FieldTable, Timestamp, decode_table, encode_table, infer_type)
+    Timestamp, decode_table, encode_table, infer_type)
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
 shortstr = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
