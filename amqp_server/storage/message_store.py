@@ -25,7 +25,7 @@ from .segments import SegmentLog
 log = logging.getLogger("amqp_server.storage")
 
 
-@dataclass
+@dataclass(slots=True)
 class StoredEntry:
     seq: int
     exchange: str

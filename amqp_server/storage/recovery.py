@@ -15,6 +15,8 @@ log = logging.getLogger("amqp_server.storage")
 def restore_messages(broker, recovered) -> list[str]:
     problems = []
     store = broker.store
+    routes: dict[tuple[str, str], tuple] = {}
+    headers: dict[bytes, bytes] = {}
     for (vhost_name, queue_name), stored in recovered.queues.items():
         if not stored:
             continue
@@ -27,9 +29,18 @@ def restore_messages(broker, recovered) -> list[str]:
             store.drop_below(vhost_name, queue_name, stored[-1].seq + 1, stored)
             continue
         for item in stored:
-            message = Message(item.exchange, item.routing_key,
-                              shortstr(item.exchange) + shortstr(item.routing_key),
-                              item.header, item.body, item.routing_keys)
+            # Messages routed alike share their route and header objects,
+            # as they did before the restart.
+            route_key = (item.exchange, item.routing_key)
+            shared = routes.get(route_key)
+            if shared is None:
+                shared = routes[route_key] = (
+                    item.exchange, item.routing_key,
+                    shortstr(item.exchange) + shortstr(item.routing_key), (item.routing_key,))
+            exchange, routing_key, route, default_keys = shared
+            header = headers.setdefault(item.header, item.header)
+            message = Message(exchange, routing_key, route, header, item.body,
+                              item.routing_keys or default_keys)
             if item.bcc:
                 message.bcc = item.bcc
             entry = Entry(item.seq, message)
