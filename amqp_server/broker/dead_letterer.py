@@ -41,6 +41,7 @@ class Plan(NamedTuple):
     cause: str | None        # why it goes nowhere, or None: republish
     template: Message | None  # the first message, as republished
     targets: list            # target queues
+    target_names: list       # their names
     new_headers: bytes       # its encoded headers table
     event: str               # the shared part of its dead-letter log line
 
@@ -81,12 +82,19 @@ class DeadLetterer:
                                                    plan.new_headers))
                 copy = plan.template.sibling(spliced, message.body)
             cause = plan.cause
-            accepted = []
+            accepted = plan.target_names
             if cause is None:
-                accepted = [target.name for target in plan.targets
-                            if target.enqueue(copy) is not REJECTED]
-                if not accepted:
-                    cause = TARGET_FULL
+                targets = plan.targets
+                if len(targets) == 1:  # the usual case, without building lists
+                    if targets[0].enqueue(copy) is REJECTED:
+                        accepted = []
+                        cause = TARGET_FULL
+                else:
+                    refused = [t for t in targets if t.enqueue(copy) is REJECTED]
+                    if refused:
+                        accepted = [t.name for t in targets if t not in refused]
+                        if not accepted:
+                            cause = TARGET_FULL
             if cause is None:
                 republished += 1
             elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
@@ -96,10 +104,11 @@ class DeadLetterer:
             else:
                 stats["dropped"][(cause, reason)] += 1
             if self.log is not None:
-                if cause is None and len(accepted) == len(plan.targets):
+                if accepted is plan.target_names:
                     head = plan_heads.get(key)
                     if head is None:
-                        head = plan_heads[key] = event_head(plan.event, now, None, accepted)
+                        head = plan_heads[key] = event_head(plan.event, now, plan.cause,
+                                                            accepted)
                 else:
                     head = event_head(plan.event, now, cause, accepted)
                 self.log.record(head, message.header, message.body)
@@ -112,29 +121,30 @@ class DeadLetterer:
             letter = message.letter()
         except ValueError:
             unreadable = {"vhost": self.vhost.name, "queue": queue.name, "reason": reason}
-            return Plan(INVALID_HEADER, None, [], b"", json.dumps(unreadable)[1:-1])
+            return Plan(INVALID_HEADER, None, [], [], b"", json.dumps(unreadable)[1:-1])
         decided = dead_letter(letter, queue.name, reason, settings.dead_letter_exchange,
                               settings.dead_letter_routing_key, now)
         event = partial(event_common, self.vhost.name, queue.name, reason, letter)
         if isinstance(decided, Drop):
-            return Plan(decided.cause, None, [], b"", event(settings, now))
+            return Plan(decided.cause, None, [], [], b"", event(settings, now))
         vhost = self.vhost
         exchange = vhost.exchanges.get(decided.exchange)
         if exchange is None:
-            return Plan(DLX_MISSING, None, [], b"", event(settings, now, decided))
+            return Plan(DLX_MISSING, None, [], [], b"", event(settings, now, decided))
         new_headers = dead_letter_headers(decided)
         copy = message.dead_lettered(decided, new_headers)
         routed = vhost.route(exchange, list(copy.routing_keys), copy)
         if not routed:
-            return Plan(NO_ROUTE, None, [], b"", event(settings, now, decided))
+            return Plan(NO_ROUTE, None, [], [], b"", event(settings, now, decided))
         keep, cycling = split_cycles(reason, decided.history, [q.name for q in routed])
         if cycling:
             self._log_cycle(cycling, decided.history.queue_names())
         if not keep:
-            return Plan(CYCLE, None, [], b"", event(settings, now, decided))
+            return Plan(CYCLE, None, [], [], b"", event(settings, now, decided))
         kept = set(keep)
-        return Plan(None, copy, [target for target in routed if target.name in kept],
-                    new_headers, event(settings, now, decided))
+        targets = [target for target in routed if target.name in kept]
+        return Plan(None, copy, targets, [target.name for target in targets], new_headers,
+                    event(settings, now, decided))
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:
