@@ -17,7 +17,7 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 from amqp_server.wire.properties import Properties, decode_properties, encode_properties
 from amqp_server.wire.table import (
-    Timestamp, decode_table, encode_table, infer_type)
+    FieldTable, Timestamp, decode_table, encode_table, infer_type)
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
 shortstr = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
@@ -220,3 +220,22 @@ def test_all_basic_properties_round_trip(props):
 
 def test_properties_decode_defaults():
     assert decode_properties(b"\x00\x00") == Properties()
+
+
+def test_dead_letter_splice_equals_a_full_re_encode():
+    """locate + splice_dead_letter (no decoding) give the bytes that decoding,
+    replacing headers, dropping expiration and re-encoding would."""
+    import itertools
+    from dataclasses import replace
+
+    from amqp_server.wire.properties import locate, splice_dead_letter
+
+    new = FieldTable({"x-death": "rendered"})
+    for combo in itertools.product([None, "ct"], [None, "gzip"], [None, FieldTable({"a": 1})],
+                                   [None, 2], [None, 5], [None, "cid"], [None, "rt"],
+                                   [None, "500"], [None, "mid"], [None, Timestamp(7)]):
+        props = Properties(*combo[:3], *combo[3:8], message_id=combo[8], timestamp=combo[9])
+        raw = b"\x00" * 12 + encode_properties(props)
+        spliced = splice_dead_letter(raw, 12, locate(raw, 12), encode_table(new))
+        assert spliced == b"\x00" * 12 + encode_properties(
+            replace(props, headers=new, expiration=None)), combo

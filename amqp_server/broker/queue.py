@@ -324,7 +324,9 @@ class Queue:
                 deadline = ready[0].deadline
                 if deadline is None or now < deadline:
                     break
-                expired.append(self._pop())
+                entry = ready.popleft()
+                self.ready_bytes -= len(entry.message.body)
+                expired.append(entry)
             if not expired:
                 break
             count += len(expired)

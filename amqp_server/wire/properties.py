@@ -141,28 +141,35 @@ class Layout(tuple):
 def locate(header: bytes, offset: int) -> Layout | None:
     """Find the headers table and expiration without decoding anything.
     `offset` is where the property flags start.  None when the header uses
-    continuation flags (the caller then decodes it)."""
+    continuation flags (the caller then decodes it).  Runs once per dead
+    letter, so it is written out by hand: only the first eight properties
+    (up to expiration) matter."""
     (flags,) = _U16.unpack_from(header, offset)
     if flags & 1:
         return None
     pos = offset + 2
-    spans = {}
-    for _name, bit, kind in PROPERTY_SPEC:
-        start = pos
-        if flags & bit:
-            if kind == "shortstr":
-                pos += 1 + header[pos]
-            elif kind == "octet":
-                pos += 1
-            elif kind == "timestamp":
-                pos += 8
-            else:
-                pos += 4 + _U32.unpack_from(header, pos)[0]
-        if bit == _HEADERS_BIT or bit == _EXPIRATION_BIT:
-            spans[bit] = (start, pos)
+    if flags & 0x8000:  # content-type
+        pos += 1 + header[pos]
+    if flags & 0x4000:  # content-encoding
+        pos += 1 + header[pos]
+    h_start = pos
+    if flags & _HEADERS_BIT:
+        pos += 4 + _U32.unpack_from(header, pos)[0]
+    h_end = pos
+    if flags & 0x1000:  # delivery-mode
+        pos += 1
+    if flags & 0x0800:  # priority
+        pos += 1
+    if flags & 0x0400:  # correlation-id
+        pos += 1 + header[pos]
+    if flags & 0x0200:  # reply-to
+        pos += 1 + header[pos]
+    e_start = pos
+    if flags & _EXPIRATION_BIT:
+        pos += 1 + header[pos]
     if pos > len(header):
         raise ValueError("content header properties truncated")
-    return Layout((flags, *spans[_HEADERS_BIT], *spans[_EXPIRATION_BIT]))
+    return Layout((flags, h_start, h_end, e_start, pos))
 
 
 def splice_dead_letter(header: bytes, offset: int, layout: Layout, new_headers: bytes) -> bytes:
