@@ -119,6 +119,15 @@ class BenchConnection(asyncio.Protocol):
             if isinstance(reply, reply_type):
                 return reply
 
+    async def wait_for_depth(self, queue: str, count: int, interval: float = 0.05) -> int:
+        """Poll a passive queue.declare until `queue` holds `count` messages."""
+        while True:
+            ok = await self.call(1, make(spec.Queue.Declare, queue=queue, passive=True),
+                                 spec.Queue.DeclareOk)
+            if ok.message_count >= count:
+                return ok.message_count
+            await asyncio.sleep(interval)
+
     async def open_channel(self, channel: int) -> None:
         await self.call(channel, make(spec.Channel.Open), spec.Channel.OpenOk)
 

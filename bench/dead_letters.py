@@ -30,7 +30,7 @@ from amqp_server.wire.table import FieldTable
 
 from .client import connect, encoded_publish
 from .procinfo import RssSampler
-from .scenarios import BATCH, _run
+from .scenarios import BATCH, _cleanup, _run
 
 
 async def _declare_dead_letter_pair(url: str, work: str, dlx: str, dlq: str) -> None:
@@ -43,15 +43,6 @@ async def _declare_dead_letter_pair(url: str, work: str, dlx: str, dlq: str) -> 
                     spec.Queue.BindOk)
     await conn.call(1, make(spec.Queue.Declare, queue=work, arguments=FieldTable(
         {"x-dead-letter-exchange": dlx})), spec.Queue.DeclareOk)
-    await conn.close()
-
-
-async def _delete(url: str, queues: list[str], exchange: str) -> None:
-    conn = await connect(url)
-    await conn.open_channel(1)
-    for queue in queues:
-        await conn.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)
-    await conn.call(1, make(spec.Exchange.Delete, exchange=exchange), spec.Exchange.DeleteOk)
     await conn.close()
 
 
@@ -136,7 +127,7 @@ def dead_letter_path(url: str, count: int, timeout: float) -> dict:
         publisher.join(timeout)
         if publisher.is_alive():
             publisher.kill()
-    _run(_delete(url, [work, dlq], dlx))
+    _run(_cleanup(url, dlx, [work, dlq]))
     return {"dead_lettered": delivered, "seconds": round(elapsed, 3),
             "dead_letters_per_s": round(delivered / elapsed) if elapsed else 0}
 
@@ -189,4 +180,4 @@ def ttl_mass_expiry(url: str, count: int, timeout: float) -> dict:
     try:
         return _run(_expire_all_at_once(url, work, dlq, count, timeout))
     finally:
-        _run(_delete(url, [work, dlq], dlx))
+        _run(_cleanup(url, dlx, [work, dlq]))

@@ -32,12 +32,7 @@ async def _fill(url: str, count: int, persistent: bool) -> dict:
         conn.transport.write(batch)
         sent += BATCH
         await conn.drain()
-    while True:
-        ok = await conn.call(1, make(spec.Queue.Declare, queue=queue, passive=True),
-                             spec.Queue.DeclareOk)
-        if ok.message_count >= count:
-            break
-        await asyncio.sleep(0.1)
+    await conn.wait_for_depth(queue, count, 0.1)
     time.sleep(1.0)  # let lazy work settle before the last sample
     sampler.sample()
     await conn.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)

@@ -40,17 +40,8 @@ async def _fill(url: str, count: int) -> None:
     for _ in range(count // BATCH):
         conn.transport.write(batch)
         await conn.drain()
-    await _wait_count(conn, count)
+    await conn.wait_for_depth(QUEUE, count)
     await conn.close()
-
-
-async def _wait_count(conn, count: int) -> None:
-    while True:
-        ok = await conn.call(1, make(spec.Queue.Declare, queue=QUEUE, passive=True),
-                             spec.Queue.DeclareOk)
-        if ok.message_count >= count:
-            return
-        await asyncio.sleep(0.05)
 
 
 async def _count_when_up(url: str, count: int, deadline: float) -> float:
@@ -59,7 +50,7 @@ async def _count_when_up(url: str, count: int, deadline: float) -> float:
         try:
             conn = await connect(url)
             await conn.open_channel(1)
-            await _wait_count(conn, count)
+            await conn.wait_for_depth(QUEUE, count)
             rss = RssSampler.for_url(url).peak / 2**20
             await conn.call(1, make(spec.Queue.Delete, queue=QUEUE), spec.Queue.DeleteOk)
             await conn.close()

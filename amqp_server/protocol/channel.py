@@ -226,9 +226,9 @@ class Channel:
         except InvalidMessage as exc:
             raise precondition_failed(str(exc)) from None
 
-    def publish(self, message: Message, mandatory: bool) -> None:
+    def publish(self, message: Message, mandatory: bool, inspected: bool = False) -> None:
         exchange = self._exchange_for_publish(message.exchange)
-        if message.header[HEADER_PREFIX] & INSPECT_FLAGS:
+        if not inspected and message.header[HEADER_PREFIX] & INSPECT_FLAGS:
             self._inspect(message)
         queues = self.vhost.route(exchange, message.routing_keys, message)
         refused = False
@@ -556,7 +556,7 @@ class Channel:
         actions, self.tx = self.tx, []
         for action in actions:
             if action[0] == "publish":
-                self.publish(action[1], action[2])
+                self.publish(action[1], action[2], inspected=True)  # checked when sent
             elif action[0] == "ack":
                 self._settle(action[1])
             elif action[2]:
