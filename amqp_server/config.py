@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from policies.address_settings import AddressSettings, parse as parse_address_settings
+from policies.model import PolicyError
 
 
 class ConfigError(ValueError):
@@ -31,8 +34,14 @@ class BrokerConfig:
     heartbeat: int = 60
     # Seconds to wait for close-ok before dropping the socket.
     close_timeout: float = 3.0
-    # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period).
+    # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period;
+    # -1 turns the reaper off and expired messages die at the head only).
     message_expiry_scan_period: int = 1000
+    # Artemis: write a message's delivery count before each delivery, so a
+    # crash never hides a delivery (costs a flush per delivery); and how
+    # many count records one message gets at most (-1: no limit).
+    persist_delivery_count_before_delivery: bool = False
+    max_redelivery_records: int = 10
     # Who wins for dead-letter-exchange, dead-letter-routing-key,
     # dead-letter-strategy and overflow when a queue argument and a policy
     # both set one: "argument" (RabbitMQ) or "policy" (central control).
@@ -47,6 +56,8 @@ class BrokerConfig:
     dead_letter_log_file_seconds: int = 3600
     dead_letter_log_retention_bytes: int = 1 << 30
     dead_letter_log_body_limit: int = 64 << 10
+    # [address-settings."pattern"] tables (policies/address_settings.py).
+    address_settings: AddressSettings = field(default_factory=AddressSettings)
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":
@@ -60,6 +71,12 @@ class BrokerConfig:
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
             values.update(_flatten(raw.get("broker", raw)))
+            tables = raw.get("address-settings", raw.get("broker", {}).get("address-settings"))
+            if tables is not None:
+                try:
+                    values["address_settings"] = parse_address_settings(tables)
+                except PolicyError as exc:
+                    raise ConfigError(f"config file {path}: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known))
@@ -74,6 +91,9 @@ class BrokerConfig:
                 raise ConfigError(
                     f"config key {key!r} must be {expected.__name__}, got {value!r}")
             setattr(config, key, value)
+        if config.max_redelivery_records < -1:
+            raise ConfigError("config key 'max_redelivery_records' must be -1 or more, "
+                              f"got {config.max_redelivery_records}")
         if config.policy_precedence not in ("argument", "policy"):
             raise ConfigError("config key 'policy_precedence' must be \"argument\" or "
                               f"\"policy\", got {config.policy_precedence!r}")

@@ -166,6 +166,7 @@ class Server:
         self.protocols: set[AMQPProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self._reaper = None
+        self._resource_check = None
         self.management: ManagementServer | None = None
 
     async def start(self) -> None:
@@ -180,8 +181,9 @@ class Server:
             broker.dead_letter_log.attach(loop)
         broker.on_alarm = self._alarm_changed
         period = broker.config.message_expiry_scan_period
-        if period > 0:
-            self._reaper = broker.timers.call_every(period / 1000.0, self._tick)
+        if period > 0:  # -1: no reaper, expired messages die at the head only
+            self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
+        self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -192,11 +194,6 @@ class Server:
             log.info("management HTTP API listening on %s:%d", self.host,
                      self.management.port)
 
-    def _tick(self) -> None:
-        broker = self.broker
-        broker.sweep()
-        broker.check_resources()
-
     def _alarm_changed(self) -> None:
         for protocol in list(self.protocols):
             protocol.apply_alarm()
@@ -205,8 +202,9 @@ class Server:
         """Close the listener, send 320 CONNECTION_FORCED to every client."""
         if self._server is not None:
             self._server.close()
-        if self._reaper is not None:
-            self._reaper.cancel()
+        for timer in (self._reaper, self._resource_check):
+            if timer is not None:
+                timer.cancel()
         if self.management is not None:
             await self.management.stop()
         for protocol in list(self.protocols):

@@ -66,7 +66,9 @@ class Drop:
 
 
 def dead_letter(letter: Letter, queue: str, reason: str, dlx: str | None,
-                dlx_routing_key: str | None, now_seconds: int) -> Republish | Drop:
+                dlx_routing_key: str | None, now_seconds: int,
+                stamp: FieldTable | None = None) -> Republish | Drop:
+    """`stamp`: headers to add (Artemis's _AMQ_ORIG_* on a moved message)."""
     if dlx is None:
         return Drop(NO_DLX)
     bcc = set(letter.bcc)
@@ -76,6 +78,9 @@ def dead_letter(letter: Letter, queue: str, reason: str, dlx: str | None,
                            letter.expiration, now_seconds)
     headers = without_death_headers(letter.headers)
     headers.pop("BCC", None)
+    if stamp:
+        headers.update(stamp)
+        headers.types.update(stamp.types)
     if dlx_routing_key is not None:
         # The seed removes CC once the routing key is replaced (3.10 does;
         # 3.13's code keeps it: DESIGN.md "Which RabbitMQ we match").

@@ -58,3 +58,28 @@ def deadline(enqueued_ms: float, queue_ttl: int | None, message_ttl: int | None)
 
 def is_expired(deadline_ms: float | None, now_ms: float) -> bool:
     return deadline_ms is not None and now_ms >= deadline_ms
+
+
+DISABLED = -1
+
+
+def clamp_ttl(ttl: int | None, expiry_delay: int = DISABLED, min_delay: int = DISABLED,
+              max_delay: int = DISABLED) -> int | None:
+    """Artemis's expiry-delay rules (seed 003; PostOffice.applyExpiryDelay)
+    applied to a message's TTL in ms, None meaning it never expires.
+
+    `expiry-delay` other than -1 gives messages without an expiration that
+    TTL and leaves the others alone, overriding min/max.  Otherwise a message
+    without an expiration, or one above `max`, gets `max`; failing that, one
+    below `min` (no expiration counts as below) gets `min`."""
+    if expiry_delay >= 0:
+        return expiry_delay if ttl is None else ttl
+    if max_delay >= 0 and (ttl is None or ttl > max_delay):
+        return max_delay
+    if min_delay >= 0 and (ttl is None or ttl < min_delay):
+        return min_delay
+    return ttl
+
+
+def clamps(expiry_delay: int, min_delay: int, max_delay: int) -> bool:
+    return expiry_delay >= 0 or min_delay >= 0 or max_delay >= 0

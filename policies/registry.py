@@ -21,6 +21,7 @@ INTEGER_TYPES = frozenset({"byte", "short", "signedint", "long", "unsignedbyte",
 
 ARGUMENT_WINS = "argument"  # rabbit_policies: queueArgHasPrecedence
 SMALLER_WINS = "min"        # numeric limits: the lower of the two applies
+FIRST_SET = "first"         # Artemis settings: argument, else policy, else address setting
 
 Check = Callable[[tuple[str, object], FieldTable], "str | None"]
 
@@ -67,7 +68,7 @@ def check_string(typed, _args) -> str | None:
 
 def check_dlx_routing_key(typed, args) -> str | None:
     error = check_string(typed, args)
-    if error is None and "x-dead-letter-exchange" not in args:
+    if error is None and not ("x-dead-letter-exchange" in args or "x-dead-letter-address" in args):
         return "routing_key_but_no_dlx_defined"
     return error
 
@@ -84,6 +85,29 @@ def check_queue_type(typed, _args) -> str | None:
 def check_bool(typed, _args) -> str | None:
     kind, _ = typed
     return None if kind == "bool" else f"{{unacceptable_type,{kind}}}"
+
+
+def check_int_at_least(minimum: int) -> Check:
+    def check(typed, args) -> str | None:
+        error = check_int(typed, args)
+        if error is None and typed[1] < minimum:
+            return f"{{value_too_small,{typed[1]}}}"
+        return error
+    return check
+
+
+NUMBER_TYPES = INTEGER_TYPES | {"float", "double", "decimal"}
+
+
+def check_number_within(low: float, high: float | None = None) -> Check:
+    def check(typed, _args) -> str | None:
+        kind, value = typed
+        if kind not in NUMBER_TYPES:
+            return f'"expected number, got {kind}"'
+        if float(value) < low or (high is not None and float(value) > high):
+            return f"{{value_out_of_range,{value}}}"
+        return None
+    return check
 
 
 def check_delivery_limit(typed, args) -> str | None:
@@ -105,6 +129,15 @@ def _is_int_at_least(minimum: int) -> Callable[[object], bool]:
                           and value >= minimum)
 
 
+def _is_number_within(low: float, high: float | None = None) -> Callable[[object], bool]:
+    return lambda value: (isinstance(value, (int, float)) and not isinstance(value, bool)
+                          and value >= low and (high is None or value <= high))
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool)
+
+
 def _in(*choices: str) -> Callable[[object], bool]:
     return lambda value: value in choices
 
@@ -122,6 +155,22 @@ class Setting:
     # ignores a whole policy carrying the key (rabbit_queue_type capabilities).
     target: str = "queue"
     unsupported_by: frozenset = frozenset()
+    # Another name of the setting `alias_of` (dead-letter-address is
+    # Artemis's name for the dead-letter exchange).
+    alias_of: str | None = None
+
+    @property
+    def field(self) -> str:
+        """Its attribute in QueueSettings."""
+        return (self.alias_of or self.key).replace("-", "_")
+
+
+def _artemis(key: str, check: Check, valid: Callable[[object], bool], error: str,
+             alias_of: str | None = None) -> Setting:
+    """A setting from ActiveMQ Artemis's address settings: the seed's name as
+    policy key and config key, with `x-` as queue argument."""
+    return Setting(key, f"x-{key}", check, ARGUMENT_WINS if alias_of else FIRST_SET,
+                   valid, error, alias_of=alias_of)
 
 
 QUORUM_ONLY = frozenset({"classic"})  # unsupported by classic queues
@@ -149,13 +198,61 @@ SETTINGS: tuple[Setting, ...] = (
             _is_int_at_least(0), "is not a valid delivery limit", unsupported_by=QUORUM_ONLY),
     Setting("alternate-exchange", None, None, ARGUMENT_WINS,
             _is_text, "is not a valid alternate exchange name", target="exchange"),
+    # ActiveMQ Artemis (seeds 000, 001, 003).
+    _artemis("dead-letter-address", check_string, _is_text,
+             "is not a valid dead letter address", alias_of="dead-letter-exchange"),
+    _artemis("redelivery-delay", check_non_neg_int, _is_int_at_least(0),
+             "is not a valid redelivery delay"),
+    _artemis("redelivery-delay-multiplier", check_number_within(0.0), _is_number_within(0.0),
+             "is not a valid redelivery delay multiplier"),
+    _artemis("max-redelivery-delay", check_non_neg_int, _is_int_at_least(0),
+             "is not a valid maximum redelivery delay"),
+    _artemis("redelivery-collision-avoidance-factor", check_number_within(0.0, 1.0),
+             _is_number_within(0.0, 1.0),
+             "is not a valid redelivery collision avoidance factor (0.0 to 1.0)"),
+    _artemis("max-delivery-attempts", check_int_at_least(-1), _is_int_at_least(-1),
+             "is not a valid number of delivery attempts"),
+    _artemis("auto-create-dead-letter-resources", check_bool, _is_bool, "is not a boolean"),
+    _artemis("dead-letter-queue-prefix", check_string, _is_text, "is not a valid queue prefix"),
+    _artemis("dead-letter-queue-suffix", check_string, _is_text, "is not a valid queue suffix"),
+    _artemis("expiry-address", check_string, _is_text, "is not a valid expiry address"),
+    _artemis("expiry-delay", check_int_at_least(-1), _is_int_at_least(-1),
+             "is not a valid expiry delay"),
+    _artemis("min-expiry-delay", check_int_at_least(-1), _is_int_at_least(-1),
+             "is not a valid minimum expiry delay"),
+    _artemis("max-expiry-delay", check_int_at_least(-1), _is_int_at_least(-1),
+             "is not a valid maximum expiry delay"),
+    _artemis("auto-create-expiry-resources", check_bool, _is_bool, "is not a boolean"),
+    _artemis("expiry-queue-prefix", check_string, _is_text, "is not a valid queue prefix"),
+    _artemis("expiry-queue-suffix", check_string, _is_text, "is not a valid queue suffix"),
 )
 BY_ARGUMENT = {s.argument: s for s in SETTINGS if s.argument}
 QUEUE_SETTINGS = tuple(s for s in SETTINGS if s.target == "queue")
 BY_KEY = {s.key: s for s in SETTINGS}
 
+ARTEMIS_ARGUMENTS = frozenset(s.argument for s in SETTINGS if s.argument
+                              and (s.merge == FIRST_SET or s.alias_of))
+# Qpid's queue-declare properties (seed 004): arguments only.
+QPID_MAX_DELIVERY_COUNT = "x-qpid-maximum-delivery-count"
+QPID_DLQ_ENABLED = "x-qpid-dlq-enabled"
+
+
+def check_qpid_flag(typed, _args) -> str | None:
+    # Qpid's own clients send the flag as a string.
+    kind, value = typed
+    if kind == "bool" or (kind == "longstr" and _text(value).lower() in ("true", "false")):
+        return None
+    return f"{{unacceptable_type,{kind}}}"
+
+
+def qpid_flag(value) -> bool:
+    return value is True or (isinstance(value, (str, bytes)) and _text(value).lower() == "true")
+
+
 # Arguments RabbitMQ validates that are not dead-letter settings.
 OTHER_ARGUMENT_CHECKS: dict[str, Check] = {
+    QPID_MAX_DELIVERY_COUNT: check_non_neg_int,
+    QPID_DLQ_ENABLED: check_qpid_flag,
     "x-queue-type": check_queue_type,
     "x-max-priority": check_non_neg_int,
     "x-single-active-consumer": check_bool,
@@ -170,13 +267,15 @@ QUEUE_TYPES = {
         "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
         "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
         "x-queue-version", "x-single-active-consumer", "x-queue-type",
-        "x-queue-master-locator"})),
+        "x-queue-master-locator"}) | ARTEMIS_ARGUMENTS
+        | {QPID_MAX_DELIVERY_COUNT, QPID_DLQ_ENABLED}),
     "quorum": ("rabbit_quorum_queue", frozenset({
         "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
         "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
         "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
         "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
-        "x-queue-leader-locator"})),
+        "x-queue-leader-locator"}) | ARTEMIS_ARGUMENTS
+        | {QPID_MAX_DELIVERY_COUNT, QPID_DLQ_ENABLED}),
 }
 ALL_QUEUE_ARGUMENTS = frozenset().union(*(args for _, args in QUEUE_TYPES.values()))
 

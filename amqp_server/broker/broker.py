@@ -53,7 +53,8 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(
-                name, self.timers, self.policies, self.config.policy_precedence == "policy")
+                name, self.timers, self.policies, self.config.policy_precedence == "policy",
+                self.config.address_settings)
             if self.definitions is not None:
                 self._attach(vhost)
                 self._save_definitions()
@@ -94,7 +95,8 @@ class Broker:
         count = 0
         for vhost in list(self.vhosts.values()):
             for queue in list(vhost.queues.values()):
-                if not queue.plain or queue.saw_message_ttl or queue.dlx_pending:
+                if (not queue.plain or queue.saw_message_ttl or queue.dlx_pending
+                        or queue.scheduled):
                     count += queue.sweep(now)
         return count
 
@@ -115,6 +117,7 @@ class Broker:
             config.dead_letter_log_file_seconds, config.dead_letter_log_retention_bytes,
             config.dead_letter_log_body_limit)
         self.store = MessageStore(data_dir / "messages")
+        self.store.max_redelivery_records = config.max_redelivery_records
         recovered = self.store.recover()
         problems.extend(recovered.problems)
         problems.extend(restore_messages(self, recovered))

@@ -18,8 +18,9 @@ from ..wire.properties import simple_properties
 from .message import HEADER_PREFIX
 
 
-def event_common(vhost: str, queue: str, reason: str, letter, settings, now: int,
-                 plan: Republish | None = None) -> str:
+def event_common(vhost: str, queue: str, reason: str, letter, target: str | None,
+                 now: int, plan: Republish | None = None) -> str:
+    """`target` is the exchange the death was meant for (DLX or address)."""
     """The shared fields, as JSON members without the braces."""
     if plan is not None:
         history = plan.history
@@ -36,7 +37,7 @@ def event_common(vhost: str, queue: str, reason: str, letter, settings, now: int
     common = {
         "vhost": vhost, "queue": queue, "reason": reason, "exchange": letter.exchange,
         "routing_keys": [k for k in letter.routing_keys if k not in bcc],
-        "dead_letter_exchange": settings.dead_letter_exchange,
+        "dead_letter_exchange": target,
         "dead_letter_routing_keys": dl_keys,
         "deaths": deaths_json(history),
         "first_death_reason": first[0], "first_death_queue": first[1],

@@ -17,6 +17,7 @@ import time
 from functools import partial
 from typing import NamedTuple
 
+from dlx.addresses import copy_headers, death_target, original_address
 from dlx.dead_letter import (
     CYCLE,
     DLX_MISSING,
@@ -27,6 +28,7 @@ from dlx.dead_letter import (
     split_cycles,
 )
 
+from ..errors import AMQPError
 from ..wire.properties import locate, splice_dead_letter
 from .dead_letter_events import event_common, event_head
 from .message import HEADER_PREFIX, Message, dead_letter_headers
@@ -56,6 +58,7 @@ class DeadLetterer:
         settings = queue.settings
         stats = queue.stats
         now = time.time()
+        target = death_target(reason, queue.name, settings)
         plans: dict = {}
         plan_heads: dict = {}  # plan key -> log line head, for the usual outcome
         republished = 0
@@ -74,7 +77,7 @@ class DeadLetterer:
                        message.exchange, message.routing_keys, message.bcc)
             plan = plans.get(key)
             if plan is None:
-                plan = plans[key] = self._plan(queue, message, reason, int(now))
+                plan = plans[key] = self._plan(queue, message, reason, target, now)
                 copy = plan.template
             elif plan.cause is None:
                 spliced = (plan.template.header if layout is None
@@ -115,36 +118,46 @@ class DeadLetterer:
         if republished:
             stats["dead_lettered"][reason] += republished
 
-    def _plan(self, queue, message: Message, reason: str, now: int) -> Plan:
-        settings = queue.settings
+    def _plan(self, queue, message: Message, reason: str, target, now: float) -> Plan:
         try:
             letter = message.letter()
         except ValueError:
             unreadable = {"vhost": self.vhost.name, "queue": queue.name, "reason": reason}
             return Plan(INVALID_HEADER, None, [], [], b"", json.dumps(unreadable)[1:-1])
-        decided = dead_letter(letter, queue.name, reason, settings.dead_letter_exchange,
-                              settings.dead_letter_routing_key, now)
-        event = partial(event_common, self.vhost.name, queue.name, reason, letter)
+        address = original_address(letter.exchange, letter.routing_keys[0])
+        stamp = copy_headers(address, queue.name, int(now * 1000) if target.expiry else None) \
+            if target.stamp else None
+        decided = dead_letter(letter, queue.name, reason, target.exchange, target.routing_key,
+                              int(now), stamp)
+        event = partial(event_common, self.vhost.name, queue.name, reason, letter,
+                        target.exchange)
+        now = int(now)
         if isinstance(decided, Drop):
-            return Plan(decided.cause, None, [], [], b"", event(settings, now))
+            return Plan(decided.cause, None, [], [], b"", event(now))
         vhost = self.vhost
+        if target.auto_queue is not None:
+            try:
+                vhost.ensure_address_queue(decided.exchange, target.auto_queue, address)
+            except AMQPError as error:
+                log.warning("could not create dead letter resources for address '%s' on "
+                            "'%s': %s", address, decided.exchange, error.reply_text)
         exchange = vhost.exchanges.get(decided.exchange)
         if exchange is None:
-            return Plan(DLX_MISSING, None, [], [], b"", event(settings, now, decided))
+            return Plan(DLX_MISSING, None, [], [], b"", event(now, decided))
         new_headers = dead_letter_headers(decided)
         copy = message.dead_lettered(decided, new_headers)
         routed = vhost.route(exchange, list(copy.routing_keys), copy)
         if not routed:
-            return Plan(NO_ROUTE, None, [], [], b"", event(settings, now, decided))
+            return Plan(NO_ROUTE, None, [], [], b"", event(now, decided))
         keep, cycling = split_cycles(reason, decided.history, [q.name for q in routed])
         if cycling:
             self._log_cycle(cycling, decided.history.queue_names())
         if not keep:
-            return Plan(CYCLE, None, [], [], b"", event(settings, now, decided))
+            return Plan(CYCLE, None, [], [], b"", event(now, decided))
         kept = set(keep)
         targets = [target for target in routed if target.name in kept]
         return Plan(None, copy, targets, [target.name for target in targets], new_headers,
-                    event(settings, now, decided))
+                    event(now, decided))
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:

@@ -8,6 +8,12 @@ its per-queue sequence number), and consumers with spare prefetch take turns.
 A quorum queue puts returned messages at the head instead and counts the
 returns, as rabbit_fifo does.
 
+A message that comes back unsuccessfully is counted whenever a rule needs
+the count (quorum delivery limit, Artemis max-delivery-attempts and
+redelivery delay, Qpid's maximum delivery count; `dlx/redelivery.py`
+decides).  A delayed one waits in `scheduled`, invisible to consumers, while
+every other message keeps flowing.
+
 What happens to a message that dies is decided in `dlx/`; the queue only
 says which messages died and why, through `dead_letter_sink`.
 """
@@ -15,12 +21,16 @@ says which messages died and why, through `dead_letter_sink`.
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
+import random
 from collections import Counter, deque
 from operator import attrgetter
 from typing import Callable
 
 from dlx import limits
-from dlx.expiry import deadline as message_deadline
+from dlx.expiry import clamp_ttl, effective_ttl
+from dlx.redelivery import DEAD, LATER, after_return
 from policies.effective import QueueSettings, resolve
 
 from ..wire.table import FieldTable
@@ -72,6 +82,12 @@ class Queue:
         self._timer_at: float | None = None
         # Quorum at-least-once: (message, reason) not yet accepted by a target.
         self.dlx_pending: list[tuple[Message, str]] = []
+        # Delayed redeliveries: a heap of (due ms, tie, entry).
+        self.scheduled: list[tuple[float, int, Entry]] = []
+        self._scheduled_ties = itertools.count()
+        self._redelivery_timer = None
+        self._redelivery_at: float | None = None
+        self.rng = random.Random()  # collision-avoidance jitter; tests seed it
         # x-expires: the virtual host deletes a queue unused for that long.
         self.on_unused: Callable[[Queue], None] | None = None
         self.last_used = now_ms()
@@ -89,9 +105,14 @@ class Queue:
         """Adopt new effective settings (declare, or a policy change)."""
         previous, self.settings = self.settings, settings
         self.is_quorum = settings.is_quorum
+        self.redelivery = settings.redelivery
+        # Returns are counted only where some rule reads the count.
+        self.counts_returns = self.is_quorum or self.redelivery.active
         # A plain queue skips every per-message rule on its hot path.
         self.plain = not (settings.message_ttl is not None or settings.has_length_limit
-                          or settings.is_quorum)
+                          or settings.is_quorum or settings.clamps_expiry)
+        if settings.clamps_expiry:
+            self.saw_message_ttl = True  # deadlines no longer grow with the queue
         if settings.has_length_limit and settings.overflow == limits.DROP_HEAD:
             self._drop_head()
         if previous is not None and settings.expires != previous.expires:
@@ -154,7 +175,11 @@ class Queue:
                 return REJECTED
         now = now_ms()
         entry = Entry(self.next_seq, message)
-        entry.deadline = message_deadline(now, settings.message_ttl, message.ttl)
+        ttl = effective_ttl(settings.message_ttl, message.ttl)
+        if settings.clamps_expiry:
+            ttl = clamp_ttl(ttl, settings.expiry_delay, settings.min_expiry_delay,
+                            settings.max_expiry_delay)
+        entry.deadline = None if ttl is None else now + ttl
         if message.ttl is not None:
             self.saw_message_ttl = True
         if self.store is not None:
@@ -263,27 +288,28 @@ class Queue:
         self.settle(entries)
         self.dead_letter_sink(self, [entry.message for entry in entries], "rejected")
 
-    def requeue(self, entries: list[Entry]) -> None:
-        """Delivered messages come back (nack/reject with requeue, recover,
-        channel closed).  A quorum queue counts each return and dead-letters
-        a message past its delivery limit."""
+    def requeue(self, entries: list[Entry], by_client: bool = True) -> None:
+        """Delivered messages come back: nack/reject with requeue and recover
+        (`by_client`), or their channel closed.  Where returns are counted, a
+        message may die, wait out a redelivery delay, or come straight back."""
         if not entries:
             return
         self.unacked -= len(entries)
-        if self.is_quorum:
-            entries = self._count_returns(entries)
+        if self.counts_returns:
+            entries = self._count_returns(entries, by_client)
             if not entries:
                 return
-            for entry in entries:
-                entry.redelivered = True
-                self.ready_bytes += len(entry.message.body)
+        self._put_back(entries)
+
+    def _put_back(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            entry.redelivered = True
+            self.ready_bytes += len(entry.message.body)
+        if self.is_quorum:
             self.ready.extendleft(reversed(entries))
         else:
             entries = sorted(entries, key=_SEQ)
             ready = self.ready
-            for entry in entries:
-                entry.redelivered = True
-                self.ready_bytes += len(entry.message.body)
             if not ready or entries[-1].seq < ready[0].seq:
                 ready.extendleft(reversed(entries))
             else:
@@ -294,20 +320,63 @@ class Queue:
         if self.consumers:
             self.dispatch()
 
-    def _count_returns(self, entries: list[Entry]) -> list[Entry]:
-        limit = self.settings.delivery_limit
+    def _count_returns(self, entries: list[Entry], by_client: bool) -> list[Entry]:
+        """Entries that come back now; the rest died or wait."""
         back, dead = [], []
+        now = None
         for entry in entries:
             entry.returns += 1
-            if limits.past_delivery_limit(entry.returns, limit):
+            fate, delay = after_return(entry.returns, self.redelivery, by_client, self.rng)
+            if fate == DEAD:
                 dead.append(entry)
-            else:
+                continue
+            if self.is_quorum:
                 entry.message = entry.message.with_delivery_count(entry.returns)
+            due = None
+            if fate == LATER:
+                now = now_ms() if now is None else now
+                due = now + delay
+                self.hold_until(entry, due)
+            else:
                 back.append(entry)
+            if entry.segment is not None:
+                self.store.returned(self.vhost, self.name, entry, due)
         if dead:
             self._forget(dead)
             self.dead_letter_sink(self, [entry.message for entry in dead], "delivery_limit")
         return back
+
+    def hold_until(self, entry: Entry, due: float) -> None:
+        """Keep `entry` from consumers until wall-clock `due` (ms)."""
+        entry.redelivered = True
+        heapq.heappush(self.scheduled, (due, next(self._scheduled_ties), entry))
+        self._arm_redelivery()
+
+    def _arm_redelivery(self) -> None:
+        due = self.scheduled[0][0]
+        if self._redelivery_at is not None and self._redelivery_at <= due:
+            return
+        if self._redelivery_timer is not None:
+            self._redelivery_timer.cancel()
+        self._redelivery_at = due
+        self._redelivery_timer = self.timers.call_at(due, self._on_redelivery_timer)
+
+    def _on_redelivery_timer(self) -> None:
+        self._redelivery_timer = self._redelivery_at = None
+        if not self.deleted:
+            self.redeliver_due(now_ms())
+
+    def redeliver_due(self, now: float) -> int:
+        """Delayed messages whose time has come go back to the queue."""
+        due = []
+        scheduled = self.scheduled
+        while scheduled and scheduled[0][0] <= now:
+            due.append(heapq.heappop(scheduled)[2])
+        if due:
+            self._put_back(due)
+        if scheduled:
+            self._arm_redelivery()
+        return len(due)
 
     # ---- expiry --------------------------------------------------------
 
@@ -337,6 +406,9 @@ class Queue:
     def sweep(self, now: float) -> int:
         """The reaper's pass: expired messages anywhere in the queue go, not
         only at the head (RabbitMQ waits for them to reach the head)."""
+        if self.scheduled:
+            self.redeliver_due(now)
+            self._expire_scheduled(now)
         count = self.expire(now)
         if self.dlx_pending:
             self.retry_dead_letters()
@@ -349,6 +421,15 @@ class Queue:
             self.ready_bytes -= sum(len(e.message.body) for e in expired)
             self._died_expired(expired)
         return count + len(expired)
+
+    def _expire_scheduled(self, now: float) -> None:
+        expired = [item[2] for item in self.scheduled
+                   if item[2].deadline is not None and now >= item[2].deadline]
+        if expired:
+            gone = {id(entry) for entry in expired}
+            self.scheduled = [item for item in self.scheduled if id(item[2]) not in gone]
+            heapq.heapify(self.scheduled)
+            self._died_expired(expired)
 
     def _died_expired(self, entries: list[Entry]) -> None:
         self.stats["expired"] += len(entries)
@@ -412,22 +493,31 @@ class Queue:
 
     # ---- management ----------------------------------------------------
 
+    @property
+    def waiting(self) -> list[Entry]:
+        """Messages held back by a redelivery delay."""
+        return [item[2] for item in self.scheduled]
+
     def purge(self) -> int:
-        count = len(self.ready)
+        """Ready and delayed messages go (those out for delivery stay)."""
+        count = len(self.ready) + len(self.scheduled)
         self._forget(self.ready)
+        self._forget(self.waiting)
         self.ready.clear()
+        self.scheduled.clear()
         self.ready_bytes = 0
         return count
 
     def close(self) -> None:
         """Deleted: stop timers.  Its messages are not dead-lettered."""
         if self.store is not None:
-            self.store.drop_below(self.vhost, self.name, self.next_seq, self.ready)
+            self.store.drop_below(self.vhost, self.name, self.next_seq,
+                                  [*self.ready, *self.waiting])
         self.deleted = True
-        for timer in (self._timer, self._expiry_timer):
+        for timer in (self._timer, self._expiry_timer, self._redelivery_timer):
             if timer is not None:
                 timer.cancel()
-        self._timer = self._expiry_timer = None
+        self._timer = self._expiry_timer = self._redelivery_timer = None
         self.dlx_pending.clear()
 
     def add_consumer(self, consumer, exclusive: bool) -> None:

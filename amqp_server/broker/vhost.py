@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import os
 
+from dlx.addresses import address_filter, per_address_queue, qpid_names
+from policies.address_settings import AddressSettings
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
 from policies.store import PolicyStore
@@ -107,11 +109,13 @@ def assert_args_equivalent(current: FieldTable, requested: FieldTable,
 
 class VirtualHost:
     def __init__(self, name: str, timers: Timers | None = None,
-                 policies: PolicyStore | None = None, policy_wins: bool = False) -> None:
+                 policies: PolicyStore | None = None, policy_wins: bool = False,
+                 address_settings: AddressSettings | None = None) -> None:
         self.name = name
         self.timers = timers or Timers()
         self.policies = policies or PolicyStore()
         self.policy_wins = policy_wins
+        self.address_settings = address_settings or AddressSettings()
         # Durability, set by the broker once it has a data directory.
         self.on_change = lambda: None  # a durable definition changed
         self.store = None
@@ -278,7 +282,33 @@ class VirtualHost:
             queue.store = self.store
             if not queue.auto_delete:
                 self.on_change()
+        if queue.settings.qpid_dlq_enabled:
+            exchange, dlq = qpid_names(name)
+            self.ensure_dead_letter_queue(exchange, "fanout", dlq, queue.durable, "", None)
         return queue
+
+    def ensure_dead_letter_queue(self, exchange_name: str, exchange_type: str,
+                                 queue_name: str, durable: bool, routing_key: str,
+                                 arguments: FieldTable | None) -> None:
+        """Declare (if missing) a dead-letter exchange, a queue and the binding
+        between them: Qpid's <queue>_DLE/_DLQ pair and Artemis's auto-created
+        DLQ./EXP. resources.  An exchange that exists keeps its type."""
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None:
+            exchange = self.declare_exchange(exchange_name, exchange_type, durable=durable)
+        target = self.queues.get(queue_name)
+        if target is None:
+            target = self.declare_queue(queue_name, None, durable=durable)
+        self.bind(exchange.name, target, routing_key, arguments)
+
+    def ensure_address_queue(self, exchange_name: str, affixes: tuple[str, str],
+                             address: str) -> None:
+        """Artemis's auto-created dead letter (or expiry) resources: the
+        address as a headers exchange and `DLQ.<address>` taking only the
+        messages first sent to `address`."""
+        self.ensure_dead_letter_queue(exchange_name, "headers",
+                                      per_address_queue(affixes, address), True, "",
+                                      address_filter(address))
 
     def delete_queue(self, queue: Queue, if_unused: bool = False,
                      if_empty: bool = False) -> int:
@@ -372,7 +402,8 @@ class VirtualHost:
         operator = match_queue(self.policies.in_vhost(self.name, operator=True), name,
                                queue_type)
         settings = resolve(arguments, policy.definition if policy else None,
-                           operator.definition if operator else None, self.policy_wins)
+                           operator.definition if operator else None, self.policy_wins,
+                           self.address_settings.match(name))
         return settings, policy, operator
 
     def reapply_policies(self) -> None:

@@ -57,6 +57,8 @@ def _message_json(entry, remaining: int, encoding: str, limit: int | None) -> di
     return {
         "payload_bytes": len(body),
         "redelivered": entry.redelivered,
+        # Earlier deliveries that came back (Qpid shows this count here).
+        "delivery_count": entry.returns,
         "exchange": message.exchange,
         "routing_key": message.routing_key,
         "message_count": remaining,

@@ -75,9 +75,11 @@ def queue_json(queue) -> dict:
         "type": queue.settings.queue_type,
         "node": NODE,
         "state": "running",
-        "messages": len(queue.ready) + queue.unacked,
+        "messages": len(queue.ready) + queue.unacked + len(queue.scheduled),
         "messages_ready": len(queue.ready),
         "messages_unacknowledged": queue.unacked,
+        # Held back by a redelivery delay (Artemis's scheduled count).
+        "messages_delayed": len(queue.scheduled),
         "message_bytes_ready": queue.ready_bytes,
         "consumers": len(queue.consumers),
         "policy": policy.name if policy else None,

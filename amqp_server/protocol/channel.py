@@ -58,6 +58,11 @@ class Channel:
         self._nacks: list[int] = []  # publish seqs a full queue refused
         # (publish seq, store generation): confirms that wait for an fsync
         self._durable_waits: deque[tuple[int, int]] = deque()
+        # persist-delivery-count-before-delivery: (store generation, frames)
+        # of deliveries held until their count record is on disk, in order.
+        self._held: deque[tuple[int, bytes]] = deque()
+        self.count_before_delivery = (connection.broker.config
+                                      .persist_delivery_count_before_delivery)
         self.tx: list | None = None
         self.last_queue = ""
         # content being assembled: (exchange, routing key, route bytes, mandatory)
@@ -131,7 +136,9 @@ class Channel:
             self._write_ack(upto)
 
     def durable_progress(self) -> None:
-        """The store flushed: confirms waiting for it may go out."""
+        """The store flushed: confirms and deliveries waiting for it may go out."""
+        if self._held:
+            self._release_held()
         if not self._confirm_pending and not self.closing:
             self._confirm_pending = True
             self.conn.confirms_due(self)
@@ -255,15 +262,43 @@ class Channel:
     def deliver(self, consumer: Consumer, queue, entry) -> None:
         tag = self.next_tag
         self.next_tag = tag + 1
+        message = entry.message
+        data = frames.deliver(
+            self.number, consumer.tag_bytes, tag, entry.redelivered, message.route,
+            message.header, message.body, self.conn.frame_max)
+        if self.count_before_delivery:
+            self._write_counted(queue, entry, data)
+        else:
+            self.conn.write(data)
         if consumer.no_ack:
             queue.settle((entry,))
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
-        message = entry.message
-        self.conn.write(frames.deliver(
-            self.number, consumer.tag_bytes, tag, entry.redelivered, message.route,
-            message.header, message.body, self.conn.frame_max))
+
+    def _write_counted(self, queue, entry, data: bytes) -> None:
+        """Artemis's persist-delivery-count-before-delivery: the frames go
+        out once the record counting this delivery is on disk, so a crash
+        can never hide that the message was delivered."""
+        store = self.conn.broker.store
+        generation = store.count_delivery(queue.vhost, queue.name, entry) if (
+            store is not None and entry.segment is not None) else 0
+        if self._held or generation > (store.synced if store is not None else 0):
+            self._held.append((generation, data))
+            store.wait(self)
+        else:
+            self.conn.write(data)
+
+    def _release_held(self) -> None:
+        store = self.conn.broker.store
+        held = self._held
+        if self.closing:
+            held.clear()  # the channel's unacked messages were requeued
+            return
+        while held and held[0][0] <= store.synced:
+            self.conn.write(held.popleft()[1])
+        if held:
+            store.wait(self)
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         if self.consumers.get(consumer.tag) is not consumer:
@@ -343,9 +378,13 @@ class Channel:
         else:
             self.unacked[tag] = (queue, entry, None)
         message = entry.message
-        self.conn.write(frames.get_ok(
+        data = frames.get_ok(
             self.number, tag, entry.redelivered, message.route, len(queue.ready),
-            message.header, message.body, self.conn.frame_max))
+            message.header, message.body, self.conn.frame_max)
+        if self.count_before_delivery:
+            self._write_counted(queue, entry, data)
+        else:
+            self.conn.write(data)
 
     def _take_unacked(self, tag: int, multiple: bool) -> list[tuple[int, tuple]]:
         unacked = self.unacked
@@ -413,7 +452,7 @@ class Channel:
         else:
             self._discard(taken)
 
-    def _requeue(self, taken: list[tuple[int, tuple]]) -> None:
+    def _requeue(self, taken: list[tuple[int, tuple]], by_client: bool = True) -> None:
         by_queue: dict = {}
         for _, (queue, entry, consumer) in taken:
             if consumer is not None:
@@ -423,7 +462,7 @@ class Channel:
             if queue.deleted:
                 queue.settle(entries)  # nowhere to go back to
             else:
-                queue.requeue(entries)
+                queue.requeue(entries, by_client)
         self._after_release(set(by_queue))
 
     def _discard(self, taken: list[tuple[int, tuple]]) -> None:
@@ -614,4 +653,4 @@ class Channel:
             taken.extend(pair for action in self.tx if action[0] != "publish"
                          for pair in action[1])
             self.tx = None
-        self._requeue(sorted(taken, key=lambda pair: pair[0]))
+        self._requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)

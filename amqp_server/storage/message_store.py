@@ -6,6 +6,9 @@ Records (msgpack lists, the first item says what it is):
   ["R", vhost, queue, [seq, ...]]       entries left for good (ack, death, drop)
   ["D", vhost, queue, [seq, ...]]       entries were delivered (for redelivered=true)
   ["P", vhost, queue, upto]             every entry below `upto` left (purge, delete)
+  ["C", vhost, queue, [[seq, deliveries, due], ...]]
+                                        delivery counts, and when a delayed
+                                        redelivery is due (ms, or None)
 
 Removals and delivery marks are batched per flush; entries are appended at
 once.  A publisher waiting for a confirm waits for the flush that carries
@@ -18,6 +21,8 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dlx.redelivery import persists_count
 
 from . import records
 from .segments import SegmentLog
@@ -37,6 +42,8 @@ class StoredEntry:
     deadline: float | None
     segment: int
     delivered: bool = False
+    deliveries: int = 0
+    due: float | None = None
 
 
 @dataclass
@@ -53,7 +60,10 @@ class MessageStore:
         self.log.before_flush = self._emit_batched
         self._removed: dict[tuple, list[int]] = defaultdict(list)
         self._delivered: dict[tuple, list[int]] = defaultdict(list)
+        self._counts: dict[tuple, list[list]] = defaultdict(list)
         self._waiting: set = set()
+        # Artemis's max-redelivery-records: count records per message, at most.
+        self.max_redelivery_records = 10
 
     # ---- recovery --------------------------------------------------------
 
@@ -102,6 +112,13 @@ class MessageStore:
                 for seq in record[3]:
                     if seq in entries:
                         entries[seq].delivered = True
+            elif kind == "C":
+                entries = queues.get(key, {})
+                for seq, deliveries, due in record[3]:
+                    stored = entries.get(seq)
+                    if stored is not None:
+                        stored.deliveries = deliveries
+                        stored.due = due
             elif kind == "P":
                 entries = queues.get(key)
                 if entries:
@@ -145,6 +162,22 @@ class MessageStore:
         if entry.segment is not None:
             self._delivered[(vhost, queue)].append(entry.seq)
 
+    def returned(self, vhost: str, queue: str, entry, due: float | None) -> None:
+        """A delivery came back: its count (and when a delayed redelivery is
+        due) goes out with the next flush, as Artemis persists a rollback."""
+        if persists_count(entry.returns, self.max_redelivery_records):
+            self._counts[(vhost, queue)].append([entry.seq, entry.returns, due])
+
+    def count_delivery(self, vhost: str, queue: str, entry) -> int:
+        """persist-delivery-count-before-delivery: the count including the
+        delivery about to happen; returns the generation to wait for (0:
+        nothing written)."""
+        deliveries = entry.returns + 1
+        if entry.segment is None or not persists_count(deliveries, self.max_redelivery_records):
+            return 0
+        record = ["C", vhost, queue, [[entry.seq, deliveries, None]]]
+        return self.log.append(record, len(queue) + 32)[1]
+
     def drop_below(self, vhost: str, queue: str, upto: int, entries) -> None:
         """Purge or delete: every entry below `upto` is gone."""
         live = [entry for entry in entries if entry.segment is not None]
@@ -156,7 +189,8 @@ class MessageStore:
             entry.segment = None
 
     def _emit_batched(self) -> None:
-        for kind, table in (("D", self._delivered), ("R", self._removed)):
+        for kind, table in (("D", self._delivered), ("C", self._counts),
+                            ("R", self._removed)):
             for (vhost, queue), seqs in table.items():
                 self.log.append([kind, vhost, queue, seqs], len(queue) + 16 + 5 * len(seqs),
                                 schedule=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from ..broker.message import Entry, Message
+from ..broker.timers import now_ms
 from ..wire.frames import shortstr
 
 log = logging.getLogger("amqp_server.storage")
@@ -16,6 +17,7 @@ def restore_messages(broker, recovered) -> list[str]:
     problems = []
     store = broker.store
     routes: dict[tuple[str, str], tuple] = {}
+    now = now_ms()
     headers: dict[bytes, bytes] = {}
     for (vhost_name, queue_name), stored in recovered.queues.items():
         if not stored:
@@ -44,11 +46,18 @@ def restore_messages(broker, recovered) -> list[str]:
             if item.bcc:
                 message.bcc = item.bcc
             entry = Entry(item.seq, message)
-            entry.redelivered = item.delivered
+            # A counted delivery before the crash is a delivery that failed.
+            entry.redelivered = item.delivered or item.deliveries > 0
+            entry.returns = item.deliveries
             entry.deadline = item.deadline
             entry.segment = item.segment
             if item.deadline is not None:
                 queue.saw_message_ttl = True
+            if entry.returns and queue.is_quorum:
+                entry.message = message.with_delivery_count(entry.returns)
+            if item.due is not None and item.due > now:
+                queue.hold_until(entry, item.due)
+                continue
             queue.ready.append(entry)
             queue.ready_bytes += len(item.body)
         queue.next_seq = max(queue.next_seq, stored[-1].seq + 1)
