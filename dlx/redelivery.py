@@ -60,8 +60,11 @@ def redelivery_delay(delivery_count: int, delay: int, multiplier: float = 1.0,
     if delay <= 0:
         return 0
     cap = delay * 10 if max_delay is None else max_delay
-    raw = delay * multiplier ** max(delivery_count - 1, 0)
-    value = min(int(raw), _LONG_MAX) if raw < _LONG_MAX else _LONG_MAX
+    try:
+        raw = delay * multiplier ** max(delivery_count - 1, 0)
+    except OverflowError:  # Java's Math.pow gives infinity; (long) saturates
+        raw = float("inf")
+    value = int(raw) if raw < _LONG_MAX else _LONG_MAX
     if collision_avoidance > 0:
         rng = rng or _random
         # java.util.Random: nextBoolean() picks the sign, nextDouble() the size;
