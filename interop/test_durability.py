@@ -21,10 +21,11 @@ QUEUE = "durable-work"
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, config: str | None = None) -> None:
+        extra = ["--config", config] if config else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-             "--data-dir", data_dir, "--log-level", "warning"],
+             "--data-dir", data_dir, "--log-level", "warning", *extra],
             stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert "listening on" in line, line

@@ -340,7 +340,7 @@ class Queue:
             else:
                 back.append(entry)
             if entry.segment is not None:
-                self.store.returned(self.vhost, self.name, entry, due)
+                self.store.returned(self.vhost, self.name, entry, due, self.is_quorum)
         if dead:
             self._forget(dead)
             self.dead_letter_sink(self, [entry.message for entry in dead], "delivery_limit")

@@ -162,11 +162,14 @@ class MessageStore:
         if entry.segment is not None:
             self._delivered[(vhost, queue)].append(entry.seq)
 
-    def returned(self, vhost: str, queue: str, entry, due: float | None) -> None:
+    def returned(self, vhost: str, queue: str, entry, due: float | None,
+                 always: bool = False) -> None:
         """A delivery came back: its count (and when a delayed redelivery is
-        due) goes out with the next flush, as Artemis persists a rollback."""
-        if persists_count(entry.returns, self.max_redelivery_records):
+        due) goes out with the next flush, as Artemis persists a rollback.
+        `always`: a quorum queue's count, which RabbitMQ keeps in its log."""
+        if always or persists_count(entry.returns, self.max_redelivery_records):
             self._counts[(vhost, queue)].append([entry.seq, entry.returns, due])
+            self.log.request_flush()
 
     def count_delivery(self, vhost: str, queue: str, entry) -> int:
         """persist-delivery-count-before-delivery: the count including the
