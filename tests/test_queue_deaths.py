@@ -4,6 +4,8 @@ at-least-once holding."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from amqp_server.broker.message import Message
@@ -13,6 +15,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.wire.frames import content_header, shortstr
 from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
+from dlx.redelivery import redelivery_delay
 
 
 def message(key: str, body: bytes = b"x", exchange: str = "", **props) -> Message:
@@ -179,3 +182,67 @@ def test_expired_message_behind_the_head_is_never_delivered(vhost):
     q.add_consumer(consumer, False)
     assert consumer.got == [b"head", b"fresh"]
     assert bodies(vhost.queues["dlq"]) == [b"stale"]
+
+
+# ---- delayed redelivery and delivery attempts, with an explicit clock ----------
+
+def deliver_all(queue):
+    entries = []
+    while (entry := queue.take_one()) is not None:
+        entries.append(entry)
+    return entries
+
+
+def test_delayed_messages_wait_while_others_flow(vhost):
+    q = declare(vhost, "q", x_redelivery_delay=1000)
+    for body in (b"a", b"b"):
+        publish(vhost, message("q", body))
+    first = q.take_one()
+    q.requeue([first])
+    assert [e.message.body for e in q.waiting] == [b"a"]
+    assert q.take_one().message.body == b"b"      # not held up behind "a"
+    assert q.take_one() is None
+    due = q.scheduled[0][0]
+    assert q.redeliver_due(due - 1) == 0
+    assert q.redeliver_due(due) == 1
+    again = q.take_one()
+    assert again.message.body == b"a" and again.redelivered and again.returns == 1
+
+
+def test_attempts_dead_letter_with_reason_delivery_limit(vhost):
+    q = declare(vhost, "q", x_max_delivery_attempts=2, x_dead_letter_address="",
+                x_dead_letter_routing_key="dlq")
+    publish(vhost, message("q", b"poison"))
+    q.requeue(deliver_all(q))
+    q.requeue(deliver_all(q))
+    assert q.take_one() is None
+    dead = vhost.queues["dlq"].take_one()
+    assert dead.message.death_history().deaths[0].reason == "delivery_limit"
+    assert q.stats["dead_lettered"]["delivery_limit"] == 1
+
+
+def test_expired_while_waiting_dies_at_the_next_sweep(vhost):
+    q = declare(vhost, "q", x_redelivery_delay=60_000, x_dead_letter_exchange="",
+                x_dead_letter_routing_key="dlq")
+    publish(vhost, message("q", b"short", expiration="50"))
+    q.requeue(deliver_all(q))
+    assert q.sweep(now_ms() + 100) == 0 and not q.scheduled
+    assert vhost.queues["dlq"].take_one().message.body == b"short"
+
+
+def test_purge_and_delete_take_waiting_messages_too(vhost):
+    q = declare(vhost, "q", x_redelivery_delay=60_000)
+    publish(vhost, message("q", b"m"))
+    q.requeue(deliver_all(q))
+    assert q.purge() == 1 and not q.scheduled
+
+
+def test_seeded_jitter_is_reproducible(vhost):
+    q = declare(vhost, "q", x_redelivery_delay=1000, x_redelivery_collision_avoidance_factor=1)
+    publish(vhost, message("q", b"m"))
+    q.rng.seed(7)
+    before = now_ms()
+    q.requeue(deliver_all(q))
+    expected = redelivery_delay(1, 1000, 1.0, None, 1.0, random.Random(7))
+    assert expected != 1000
+    assert abs((q.scheduled[0][0] - before) - expected) < 50
