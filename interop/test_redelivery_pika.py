@@ -330,3 +330,20 @@ def _bounded():
     started = time.monotonic()
     yield
     assert time.monotonic() - started < 60, "test ran away"
+
+
+def test_redeclaring_with_another_delay_is_inequivalent(channel):
+    channel.queue_declare("work", arguments={"x-redelivery-delay": 10})
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.queue_declare("work", arguments={"x-redelivery-delay": 20})
+    assert info.value.reply_code == 406
+    assert "inequivalent arg 'x-redelivery-delay'" in info.value.reply_text
+
+
+def test_bad_argument_is_refused_with_406(channel):
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.queue_declare("work", arguments={"x-max-delivery-attempts": "three"})
+    assert info.value.reply_code == 406
+    assert info.value.reply_text == ("PRECONDITION_FAILED - invalid arg "
+                                     "'x-max-delivery-attempts' for queue 'work' in vhost "
+                                     "'/': \"expected integer, got longstr\"")

@@ -19,12 +19,16 @@ def test_toml_then_flags_override(tmp_path):
     path.write_text('port = 6000\nheartbeat = 30\n[address-settings."#"]\nmax-delivery-attempts = 3\n')
     config = BrokerConfig.load(path, port=7000)
     assert (config.port, config.heartbeat) == (7000, 30)
+    assert config.address_settings.match("any.queue") == {"max-delivery-attempts": 3}
 
 
 @pytest.mark.parametrize("text,message", [
     ("bogus = 1\n", "unknown config keys: bogus"),
     ("port = 'x'\n", "config key 'port' must be int"),
     ("port = \n", "is not valid TOML"),
+    ('[address-settings."q"]\nredelivery-delay = "soon"\n',
+     'address-settings."q"\\]: redelivery-delay = <<"soon">> is not a valid redelivery delay'),
+    ("max_redelivery_records = -2\n", "max_redelivery_records' must be -1 or more"),
 ])
 def test_bad_config_is_a_clear_error(tmp_path, text, message):
     path = tmp_path / "broker.toml"

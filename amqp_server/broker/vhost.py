@@ -15,7 +15,13 @@ from policies.address_settings import AddressSettings
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
 from policies.store import PolicyStore
-from policies.registry import ArgumentError, validate_queue_arguments
+from policies.registry import (
+    ARTEMIS_ARGUMENTS,
+    QPID_DLQ_ENABLED,
+    QPID_MAX_DELIVERY_COUNT,
+    ArgumentError,
+    validate_queue_arguments,
+)
 
 from ..errors import (
     access_refused,
@@ -39,6 +45,8 @@ QUEUE_EQUIVALENCE_ARGS = (
     "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
     "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
     "x-queue-leader-locator",
+    # ours, compared the same way: they change what happens to messages
+    *sorted(ARTEMIS_ARGUMENTS), QPID_MAX_DELIVERY_COUNT, QPID_DLQ_ENABLED,
 )
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
 
