@@ -35,7 +35,7 @@ from policies.effective import QueueSettings, resolve
 
 from ..wire.table import FieldTable
 from .message import Entry, Message
-from .timers import Timers, now_ms
+from .timers import Alarm, Timers, now_ms
 
 _SEQ = attrgetter("seq")
 
@@ -78,15 +78,13 @@ class Queue:
                       "rejected_publishes": 0}
         self.dead_letter_sink: Callable[[Queue, list[Message], str], None] = _discard
         self.timers = timers or Timers()
-        self._timer = None
-        self._timer_at: float | None = None
+        self._ttl_alarm = Alarm(self.timers, self._on_ttl_alarm)
         # Quorum at-least-once: (message, reason) not yet accepted by a target.
         self.dlx_pending: list[tuple[Message, str]] = []
         # Delayed redeliveries: a heap of (due ms, tie, entry).
         self.scheduled: list[tuple[float, int, Entry]] = []
         self._scheduled_ties = itertools.count()
-        self._redelivery_timer = None
-        self._redelivery_at: float | None = None
+        self._redelivery_alarm = Alarm(self.timers, self._on_redelivery_alarm)
         self.rng = random.Random()  # collision-avoidance jitter; tests seed it
         # x-expires: the virtual host deletes a queue unused for that long.
         self.on_unused: Callable[[Queue], None] | None = None
@@ -350,19 +348,9 @@ class Queue:
         """Keep `entry` from consumers until wall-clock `due` (ms)."""
         entry.redelivered = True
         heapq.heappush(self.scheduled, (due, next(self._scheduled_ties), entry))
-        self._arm_redelivery()
+        self._redelivery_alarm.arm(due)
 
-    def _arm_redelivery(self) -> None:
-        due = self.scheduled[0][0]
-        if self._redelivery_at is not None and self._redelivery_at <= due:
-            return
-        if self._redelivery_timer is not None:
-            self._redelivery_timer.cancel()
-        self._redelivery_at = due
-        self._redelivery_timer = self.timers.call_at(due, self._on_redelivery_timer)
-
-    def _on_redelivery_timer(self) -> None:
-        self._redelivery_timer = self._redelivery_at = None
+    def _on_redelivery_alarm(self) -> None:
         if not self.deleted:
             self.redeliver_due(now_ms())
 
@@ -375,7 +363,7 @@ class Queue:
         if due:
             self._put_back(due)
         if scheduled:
-            self._arm_redelivery()
+            self._redelivery_alarm.arm(scheduled[0][0])
         return len(due)
 
     # ---- expiry --------------------------------------------------------
@@ -400,7 +388,7 @@ class Queue:
                 break
             count += len(expired)
             self._died_expired(expired)
-        self._arm_timer()
+        self._arm_ttl_alarm()
         return count
 
     def sweep(self, now: float) -> int:
@@ -436,20 +424,14 @@ class Queue:
         self._forget(entries)
         self.dead_letter_sink(self, [entry.message for entry in entries], "expired")
 
-    def _arm_timer(self) -> None:
+    def _arm_ttl_alarm(self) -> None:
         if not self.ready or self.deleted:
             return
         deadline = self.ready[0].deadline
-        if deadline is None or (self._timer_at is not None and self._timer_at <= deadline):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = deadline
-        self._timer = self.timers.call_at(deadline, self._on_timer)
+        if deadline is not None:
+            self._ttl_alarm.arm(deadline)
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
+    def _on_ttl_alarm(self) -> None:
         if not self.deleted:
             self.expire(now_ms())
 
@@ -514,10 +496,11 @@ class Queue:
             self.store.drop_below(self.vhost, self.name, self.next_seq,
                                   [*self.ready, *self.waiting])
         self.deleted = True
-        for timer in (self._timer, self._expiry_timer, self._redelivery_timer):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._expiry_timer = self._redelivery_timer = None
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        self._expiry_timer = None
+        self._ttl_alarm.cancel()
+        self._redelivery_alarm.cancel()
         self.dlx_pending.clear()
 
     def add_consumer(self, consumer, exclusive: bool) -> None:

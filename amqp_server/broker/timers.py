@@ -51,3 +51,34 @@ class _Repeating:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+class Alarm:
+    """One callback at the earliest of the times asked for: asking for a
+    later time while an earlier one is pending changes nothing (a queue's
+    next expiry, its next delayed redelivery)."""
+
+    __slots__ = ("_timers", "_callback", "_handle", "at")
+
+    def __init__(self, timers: Timers, callback: Callable[[], None]) -> None:
+        self._timers = timers
+        self._callback = callback
+        self._handle = None
+        self.at: float | None = None
+
+    def arm(self, when_ms: float) -> None:
+        if self.at is not None and self.at <= when_ms:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self.at = when_ms
+        self._handle = self._timers.call_at(when_ms, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = self.at = None
+        self._callback()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self.at = None
