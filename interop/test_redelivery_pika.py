@@ -347,3 +347,21 @@ def test_bad_argument_is_refused_with_406(channel):
     assert info.value.reply_text == ("PRECONDITION_FAILED - invalid arg "
                                      "'x-max-delivery-attempts' for queue 'work' in vhost "
                                      "'/': \"expected integer, got longstr\"")
+
+
+@pytest.mark.parametrize("period, swept", [(50, True), (-1, False)])
+def test_message_expiry_scan_period(period, swept):
+    config = BrokerConfig(port=0, management_port=0, message_expiry_scan_period=period)
+    with BrokerThread(config) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        channel = conn.channel()
+        channel.queue_declare("work")
+        channel.basic_publish("", "work", b"head, never expires")
+        channel.basic_publish("", "work", b"behind it", pika.BasicProperties(expiration="10"))
+        deadline = time.monotonic() + (3.0 if swept else 0.4)
+        count = 2
+        while time.monotonic() < deadline and count == 2:
+            time.sleep(0.05)
+            count = channel.queue_declare("work", passive=True).method.message_count
+        assert count == (1 if swept else 2)
+        conn.close()
