@@ -212,3 +212,34 @@ def test_dead_letter_reaches_disk_before_the_source_forgets_it(tmp_path):
     assert found.index(("E", "target")) < found.index(("R", "source"))
     again, _ = open_broker(tmp_path)
     assert bodies(again, "target") == [b"m0"] and bodies(again, "source") == []
+
+
+def test_delivery_counts_and_delays_are_recovered_in_order(tmp_path):
+    broker, _ = open_broker(tmp_path)
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("q", None, durable=True, arguments=FieldTable(
+        {"x-redelivery-delay": 600_000, "x-max-delivery-attempts": 5}))
+    for body in (b"waits", b"counted"):
+        queue.enqueue(persistent("q", body))
+    first, second = queue.take_one(), queue.take_one()
+    queue.requeue([first])  # delivery 1 of "waits" failed: due in ten minutes
+    second.returns = 2
+    broker.store.returned("/", "q", second, None)
+    broker.store.count_delivery("/", "q", second)  # a third delivery, counted first
+    broker.store.flush_now()
+    broker.store.close()
+
+    again, _ = open_broker(tmp_path)
+    restored = again.vhosts["/"].queues["q"]
+    assert [e.message.body for e in restored.waiting] == [b"waits"]
+    (ready,) = restored.ready
+    assert (ready.message.body, ready.returns, ready.redelivered) == (b"counted", 3, True)
+
+
+def test_max_redelivery_records_stops_count_records(tmp_path):
+    store = MessageStore(tmp_path)
+    store.max_redelivery_records = 1
+    entry = type("E", (), {"seq": 0, "returns": 2, "segment": 1})()
+    assert store.count_delivery("/", "q", entry) == 0
+    store.returned("/", "q", entry, None)
+    assert store.log._buffer == []

@@ -20,8 +20,8 @@ from .message import HEADER_PREFIX
 
 def event_common(vhost: str, queue: str, reason: str, letter, target: str | None,
                  now: int, plan: Republish | None = None) -> str:
-    """`target` is the exchange the death was meant for (DLX or address)."""
-    """The shared fields, as JSON members without the braces."""
+    """The shared fields, as JSON members without the braces; `target` is the
+    exchange the death was meant for (dead-letter exchange or address)."""
     if plan is not None:
         history = plan.history
         dl_keys = list(plan.routing_keys)

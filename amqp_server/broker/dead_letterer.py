@@ -124,16 +124,18 @@ class DeadLetterer:
         except ValueError:
             unreadable = {"vhost": self.vhost.name, "queue": queue.name, "reason": reason}
             return Plan(INVALID_HEADER, None, [], [], b"", json.dumps(unreadable)[1:-1])
+        seconds = int(now)
         address = original_address(letter.exchange, letter.routing_keys[0])
-        stamp = copy_headers(address, queue.name, int(now * 1000) if target.expiry else None) \
-            if target.stamp else None
+        stamp = None
+        if target.stamp:
+            stamp = copy_headers(address, queue.name,
+                                 int(now * 1000) if target.expiry else None)
         decided = dead_letter(letter, queue.name, reason, target.exchange, target.routing_key,
-                              int(now), stamp)
+                              seconds, stamp)
         event = partial(event_common, self.vhost.name, queue.name, reason, letter,
-                        target.exchange)
-        now = int(now)
+                        target.exchange, seconds)
         if isinstance(decided, Drop):
-            return Plan(decided.cause, None, [], [], b"", event(now))
+            return Plan(decided.cause, None, [], [], b"", event())
         vhost = self.vhost
         if target.auto_queue is not None:
             try:
@@ -143,21 +145,21 @@ class DeadLetterer:
                             "'%s': %s", address, decided.exchange, error.reply_text)
         exchange = vhost.exchanges.get(decided.exchange)
         if exchange is None:
-            return Plan(DLX_MISSING, None, [], [], b"", event(now, decided))
+            return Plan(DLX_MISSING, None, [], [], b"", event(decided))
         new_headers = dead_letter_headers(decided)
         copy = message.dead_lettered(decided, new_headers)
         routed = vhost.route(exchange, list(copy.routing_keys), copy)
         if not routed:
-            return Plan(NO_ROUTE, None, [], [], b"", event(now, decided))
+            return Plan(NO_ROUTE, None, [], [], b"", event(decided))
         keep, cycling = split_cycles(reason, decided.history, [q.name for q in routed])
         if cycling:
             self._log_cycle(cycling, decided.history.queue_names())
         if not keep:
-            return Plan(CYCLE, None, [], [], b"", event(now, decided))
+            return Plan(CYCLE, None, [], [], b"", event(decided))
         kept = set(keep)
         targets = [target for target in routed if target.name in kept]
         return Plan(None, copy, targets, [target.name for target in targets], new_headers,
-                    event(now, decided))
+                    event(decided))
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:

@@ -60,7 +60,6 @@ class MessageStore:
         self.log.before_flush = self._emit_batched
         self._removed: dict[tuple, list[int]] = defaultdict(list)
         self._delivered: dict[tuple, list[int]] = defaultdict(list)
-        self._counts: dict[tuple, list[list]] = defaultdict(list)
         self._waiting: set = set()
         # Artemis's max-redelivery-records: count records per message, at most.
         self.max_redelivery_records = 10
@@ -166,10 +165,11 @@ class MessageStore:
                  always: bool = False) -> None:
         """A delivery came back: its count (and when a delayed redelivery is
         due) goes out with the next flush, as Artemis persists a rollback.
-        `always`: a quorum queue's count, which RabbitMQ keeps in its log."""
+        `always`: a quorum queue's count, which RabbitMQ keeps in its log.
+        Appended at once, never batched, so count records keep their order."""
         if always or persists_count(entry.returns, self.max_redelivery_records):
-            self._counts[(vhost, queue)].append([entry.seq, entry.returns, due])
-            self.log.request_flush()
+            self.log.append(["C", vhost, queue, [[entry.seq, entry.returns, due]]],
+                            len(queue) + 32)
 
     def count_delivery(self, vhost: str, queue: str, entry) -> int:
         """persist-delivery-count-before-delivery: the count including the
@@ -192,8 +192,7 @@ class MessageStore:
             entry.segment = None
 
     def _emit_batched(self) -> None:
-        for kind, table in (("D", self._delivered), ("C", self._counts),
-                            ("R", self._removed)):
+        for kind, table in (("D", self._delivered), ("R", self._removed)):
             for (vhost, queue), seqs in table.items():
                 self.log.append([kind, vhost, queue, seqs], len(queue) + 16 + 5 * len(seqs),
                                 schedule=False)

@@ -96,10 +96,6 @@ class SegmentLog:
         self.live[segment] -= count
         self._schedule()
 
-    def request_flush(self) -> None:
-        """The owner has batched records for the next flush: have one soon."""
-        self._schedule()
-
     def _schedule(self) -> None:
         if self._loop is None:
             return  # without a loop the owner calls flush_now()
