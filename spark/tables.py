@@ -72,10 +72,10 @@ def cycled() -> Column:
 
 
 def death_path() -> Column:
-    """The queues it died in, first death first, with repeats: "a x2 -> b"."""
-    ordered = F.array_sort("deaths", lambda a, b: F.when(a["time"] < b["time"], -1)
-                           .when(a["time"] > b["time"], 1).otherwise(0))
-    steps = F.transform(ordered, lambda d: F.when(
+    """The queues it died in, with repeats: "a x2 -> b".  x-death moves an
+    entry to the front each time it dies there again, so reversed it runs
+    from the earliest to the latest death."""
+    steps = F.transform(F.reverse("deaths"), lambda d: F.when(
         d["count"] > 1, F.concat(d["queue"], F.lit(" x"), d["count"].cast("string")))
         .otherwise(d["queue"]))
     return F.array_join(steps, " -> ")
@@ -176,13 +176,17 @@ def drops(events: DataFrame) -> DataFrame:
 
 
 def replay_candidates(events: DataFrame) -> DataFrame:
-    """Dead letters safe to send back: first death, for a transient reason,
-    no cycle.  Their original exchange and routing keys are those of their
-    oldest death (x-death lists the most recent first)."""
+    """Dead letters safe to send back: messages that died once only, for a
+    transient reason, and sit in a dead-letter queue.  Their original
+    exchange and routing keys are those of their oldest death (x-death lists
+    the most recent first)."""
+    keyed = events.withColumn("message", message_key())
+    once = (keyed.groupBy("vhost", "message").agg(F.count(F.lit(1)).alias("n"))
+            .where(F.col("n") == 1).drop("n"))
     origin = F.element_at("deaths", -1)
-    return (events.where((F.col("outcome") == "dead_lettered")
-                         & F.col("reason").isin(*TRANSIENT_REASONS)
-                         & (deaths_total() == 1) & ~cycled())
+    return (keyed.join(once, ["vhost", "message"], "left_semi")
+            .where((F.col("outcome") == "dead_lettered")
+                   & F.col("reason").isin(*TRANSIENT_REASONS) & (deaths_total() == 1))
             .select(F.timestamp_micros("time").alias("time"), "vhost", "queue", "reason",
                     "message_id", "body_sha256",
                     origin["exchange"].alias("original_exchange"),
