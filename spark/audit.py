@@ -74,7 +74,7 @@ def run(spark, args) -> dict:
     started = time.monotonic()
     compacted = 0 if args.no_compact else compact(spark, data_dir, warehouse)
     filters = tables.Filters(args.since, args.until, args.vhost, args.queue)
-    events = filters.apply(read_events(spark, data_dir, warehouse)).cache()
+    events = tables.prepare(filters.apply(read_events(spark, data_dir, warehouse))).cache()
     summary = tables.summary(events)
     unit = tables.bucket_unit(summary.pop("first_event_micros"),
                               summary.pop("last_event_micros"))

@@ -54,6 +54,17 @@ def _micros(moment: datetime) -> int:
 
 # ---- derived columns --------------------------------------------------------
 
+def prepare(events: DataFrame) -> DataFrame:
+    """Only what the tables read: bodies, most properties and headers stay
+    on disk (a cached million events with their bodies does not fit a
+    default 1 GB driver)."""
+    return events.select(
+        "time", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
+        "deaths", "first_death_queue", "message_id", "body_sha256", "target_queues",
+        F.col("properties")["timestamp"].cast("long").alias("published"),
+        F.col("headers")["x-delivery-count"].cast("long").alias("delivery_count"))
+
+
 def message_key() -> Column:
     """A message's identity: its message-id, else its body's digest."""
     return F.coalesce(F.col("message_id"), F.concat(F.lit("sha256:"), F.col("body_sha256")))
@@ -144,7 +155,7 @@ def cycles(events: DataFrame) -> DataFrame:
 
 
 def time_to_death(events: DataFrame) -> DataFrame:
-    published = F.col("properties")["timestamp"].cast("long")
+    published = F.col("published")
     seconds = F.col("time") / 1_000_000 - published
     stamped = events.where(published.isNotNull()).withColumn("bucket", _time_bucket(seconds))
     order = F.array([F.lit(name) for _, name in TIME_BUCKETS] + [F.lit(LAST_BUCKET)])
@@ -154,9 +165,7 @@ def time_to_death(events: DataFrame) -> DataFrame:
 
 
 def delivery_counts(events: DataFrame) -> DataFrame:
-    counted = (events.withColumn("deaths_so_far", deaths_total())
-               .withColumn("delivery_count",
-                           F.col("headers")["x-delivery-count"].cast("long")))
+    counted = events.withColumn("deaths_so_far", deaths_total())
     return _counts_by(counted, ["reason", "deaths_so_far", "delivery_count"])
 
 
