@@ -303,3 +303,38 @@ def test_standalone_cluster_gives_the_same_output(spark, broker_data, tmp_path,
     assert names == sorted(p.name for p in (cluster / "tables").glob("*.csv"))
     for name in names:
         assert (local / "tables" / name).read_text() == (cluster / "tables" / name).read_text()
+
+
+@pytest.fixture
+def connect_server(tmp_path):
+    sbin = Path(pyspark.__file__).parent / "sbin"
+    port = _free_port()
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
+               SPARK_PID_DIR=str(tmp_path / "pids"), SPARK_IDENT_STRING="audit-test",
+               SPARK_HOME=str(sbin.parent))
+    subprocess.run([str(sbin / "start-connect-server.sh"),
+                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                    "--conf", f"spark.connect.grpc.binding.port={port}",
+                    "--conf", "spark.ui.enabled=false"],
+                   env=env, check=True, capture_output=True, timeout=60)
+    try:
+        _wait_port(port)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, capture_output=True,
+                       timeout=60)
+
+
+def test_spark_connect_gives_the_same_output(spark, broker_data, tmp_path, connect_server):
+    local = tmp_path / "local"
+    audit(spark, broker_data, local)
+    remote = tmp_path / "remote"
+    result = subprocess.run(
+        [sys.executable, "-m", "spark.audit", "--data-dir", str(broker_data),
+         "--out", str(remote), "--remote", connect_server, "--quiet"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((local / "summary.json").read_text()) == \
+        json.loads((remote / "summary.json").read_text())
+    for path in sorted((local / "tables").glob("*.csv")):
+        assert path.read_text() == (remote / "tables" / path.name).read_text(), path.name

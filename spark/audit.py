@@ -88,9 +88,10 @@ def run(spark, args) -> dict:
     table_dir.mkdir(parents=True)
     collected: dict[str, report.Table] = {}
     for name, frame in frames.items():
-        frame.write.mode("overwrite").parquet(str(table_dir / f"{name}.parquet"))
-        rows = [tuple(row) for row in frame.collect()]
-        collected[name] = report.Table(frame.columns, rows)
+        rows = frame.collect()  # small aggregates, computed once
+        (spark.createDataFrame(rows, frame.schema).coalesce(1)
+         .write.mode("overwrite").parquet(str(table_dir / f"{name}.parquet")))
+        collected[name] = report.Table(frame.columns, [tuple(row) for row in rows])
         report.write_csv(table_dir / f"{name}.csv", collected[name])
     events.unpersist()
     if args.replay_candidates:
