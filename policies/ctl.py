@@ -74,6 +74,8 @@ def _http_error(exc: urllib.error.HTTPError) -> CtlError:
                         "use the management API", EX_NOPERM)
     if exc.code == 404:
         return CtlError("not found", EX_DATAERR)
+    if exc.code == 403:
+        return CtlError(f"access refused: {reason}", EX_NOPERM)
     return CtlError(str(reason).strip().replace("Validation failed\n\n", ""), EX_DATAERR)
 
 
@@ -178,6 +180,117 @@ def import_definitions(api: Api, args) -> None:
     _say(args, f"Imported definitions from {args.file}")
 
 
+# ---- users, vhosts, permissions -------------------------------------------------
+
+def _user_path(name: str) -> str:
+    return f"/users/{quote(name, safe='')}"
+
+
+def add_user(api: Api, args) -> None:
+    _say(args, f'Adding user "{args.name}" ...')
+    if _exists(api, _user_path(args.name)):
+        raise CtlError(f"user '{args.name}' already exists", EX_DATAERR)
+    api.call("PUT", _user_path(args.name), {"password": args.user_password, "tags": ""})
+
+
+def change_password(api: Api, args) -> None:
+    _say(args, f'Changing password for user "{args.name}" ...')
+    _existing_user(api, args.name)
+    api.call("PUT", _user_path(args.name), {"password": args.user_password})
+
+
+def set_user_tags(api: Api, args) -> None:
+    _say(args, f'Setting tags for user "{args.name}" to [{", ".join(args.tags)}] ...')
+    _existing_user(api, args.name)
+    api.call("PUT", _user_path(args.name), {"tags": ",".join(args.tags)})
+
+
+def delete_user(api: Api, args) -> None:
+    _say(args, f'Deleting user "{args.name}" ...')
+    _existing_user(api, args.name)
+    api.call("DELETE", _user_path(args.name))
+
+
+def list_users(api: Api, args) -> None:
+    _say(args, "Listing users ...")
+    _table(args, ["user", "tags"], [{"user": u["name"], "tags": u["tags"]}
+                                    for u in api.call("GET", "/users")])
+
+
+def add_vhost(api: Api, args) -> None:
+    _say(args, f'Adding vhost "{args.name}" ...')
+    api.call("PUT", f"/vhosts/{_vhost_path(args.name)}")
+
+
+def delete_vhost(api: Api, args) -> None:
+    _say(args, f'Deleting vhost "{args.name}" ...')
+    try:
+        api.call("DELETE", f"/vhosts/{_vhost_path(args.name)}")
+    except CtlError as exc:
+        if str(exc) == "not found":
+            raise CtlError(f"vhost '{args.name}' not found", EX_DATAERR) from None
+        raise
+
+
+def list_vhosts(api: Api, args) -> None:
+    _say(args, "Listing vhosts ...")
+    _table(args, ["name"], api.call("GET", "/vhosts"))
+
+
+def _permission_path(vhost: str, user: str) -> str:
+    return f"/permissions/{_vhost_path(vhost)}/{quote(user, safe='')}"
+
+
+def set_permissions(api: Api, args) -> None:
+    _say(args, f'Setting permissions for user "{args.user}" in vhost "{args.vhost}" ...')
+    _existing_user(api, args.user)
+    try:
+        api.call("PUT", _permission_path(args.vhost, args.user),
+                 {"configure": args.configure, "write": args.write, "read": args.read})
+    except CtlError as exc:
+        if str(exc) == "not found":
+            raise CtlError(f"vhost '{args.vhost}' not found", EX_DATAERR) from None
+        raise
+
+
+def clear_permissions(api: Api, args) -> None:
+    _say(args, f'Clearing permissions for user "{args.user}" in vhost "{args.vhost}" ...')
+    try:
+        api.call("DELETE", _permission_path(args.vhost, args.user))
+    except CtlError as exc:
+        if str(exc) == "not found":
+            raise CtlError(f"no permissions for user '{args.user}' in vhost "
+                           f"'{args.vhost}'", EX_DATAERR) from None
+        raise
+
+
+def list_permissions(api: Api, args) -> None:
+    _say(args, f'Listing permissions for vhost "{args.vhost}" ...')
+    rows = api.call("GET", f"/vhosts/{_vhost_path(args.vhost)}/permissions")
+    _table(args, ["user", "configure", "write", "read"], rows)
+
+
+def list_user_permissions(api: Api, args) -> None:
+    _say(args, f'Listing permissions for user "{args.user}" ...')
+    rows = api.call("GET", f"{_user_path(args.user)}/permissions")
+    _table(args, ["vhost", "configure", "write", "read"], rows)
+
+
+def _exists(api: Api, path: str) -> bool:
+    try:
+        api.call("GET", path)
+        return True
+    except CtlError as exc:
+        if str(exc) == "not found":
+            return False
+        raise
+
+
+def _existing_user(api: Api, name: str) -> None:
+    if not _exists(api, _user_path(name)):
+        raise CtlError(f"user '{name}' not found", EX_DATAERR)
+
+
 # ---- output -----------------------------------------------------------------
 
 def _say(args, text: str) -> None:
@@ -242,6 +355,26 @@ def _parser() -> argparse.ArgumentParser:
         verb(name, func, name.replace("_", " ")).add_argument("columns", nargs="*")
     verb("purge_queue", purge_queue, "purge a queue").add_argument("name")
     verb("delete_queue", delete_queue, "delete a queue").add_argument("name")
+    for name, func, params in (
+            ("add_user", add_user, ("name", "user_password")),
+            ("delete_user", delete_user, ("name",)),
+            ("change_password", change_password, ("name", "user_password")),
+            ("list_users", list_users, ()),
+            ("add_vhost", add_vhost, ("name",)),
+            ("delete_vhost", delete_vhost, ("name",)),
+            ("list_vhosts", list_vhosts, ()),
+            ("set_permissions", set_permissions, ("user", "configure", "write", "read")),
+            ("clear_permissions", clear_permissions, ("user",)),
+            ("list_permissions", list_permissions, ()),
+            ("list_user_permissions", list_user_permissions, ("user",))):
+        sub = verb(name, func, name.replace("_", " "))
+        for param in params:
+            # (the positional password must not shadow --password, the
+            # credentials amqpctl itself logs in with)
+            sub.add_argument(param, metavar=param.removeprefix("user_").upper())
+    tags = verb("set_user_tags", set_user_tags, "set a user's tags")
+    tags.add_argument("name")
+    tags.add_argument("tags", nargs="*")
     verb("export_definitions", export_definitions,
          "write definitions to FILE ('-' for stdout)").add_argument("file")
     verb("import_definitions", import_definitions,

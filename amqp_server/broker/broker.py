@@ -17,6 +17,9 @@ from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definitions import DefinitionStore
 from ..storage.message_store import MessageStore
 from ..storage.recovery import restore_messages
+from .permissions import NONE, Permission
+
+NO_ACCESS = Permission(NONE, NONE, NONE)
 from .timers import Timers, now_ms
 from .users import User
 
@@ -29,6 +32,8 @@ class Broker:
     config: BrokerConfig = field(default_factory=BrokerConfig)
     vhosts: dict[str, VirtualHost] = field(default_factory=dict)
     users: dict[str, User] = field(default_factory=dict)
+    # (user, vhost) -> Permission; no entry: no access to that vhost.
+    permissions: dict[tuple[str, str], Permission] = field(default_factory=dict)
     connections: set = field(default_factory=set)
     timers: Timers = field(default_factory=Timers)
     policies: PolicyStore = field(default_factory=PolicyStore)
@@ -48,6 +53,8 @@ class Broker:
             self.users[self.config.default_user] = User.with_password(
                 self.config.default_user, self.config.default_pass,
                 ("administrator",), loopback_only=self.config.default_user_loopback_only)
+            self.permissions[(self.config.default_user, self.config.default_vhost)] = \
+                Permission()
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
@@ -57,8 +64,50 @@ class Broker:
                 self.config.address_settings)
             if self.definitions is not None:
                 self._attach(vhost)
-                self._save_definitions()
+                self.save_definitions()
         return vhost
+
+    def permission(self, user: str, vhost: str) -> Permission | None:
+        return self.permissions.get((user, vhost))
+
+    def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
+        if user not in self.users:
+            raise KeyError(f"user '{user}' not found")
+        self._vhost(vhost)
+        self.permissions[(user, vhost)] = permission
+        self._refresh_access(user, vhost)
+        self.save_definitions()
+
+    def clear_permission(self, user: str, vhost: str) -> None:
+        if self.permissions.pop((user, vhost), None) is None:
+            raise KeyError(f"no permissions for user '{user}' in vhost '{vhost}'")
+        self._refresh_access(user, vhost)
+        self.save_definitions()
+
+    def _refresh_access(self, user: str, vhost: str) -> None:
+        """Open connections of the user follow the change at once."""
+        for connection in self.connections:
+            if (connection.user is not None and connection.user.name == user
+                    and connection.vhost is not None and connection.vhost.name == vhost):
+                connection.access = self.permissions.get((user, vhost), NO_ACCESS)
+
+    def delete_user(self, name: str) -> None:
+        if self.users.pop(name, None) is None:
+            raise KeyError(f"user '{name}' not found")
+        for key in [key for key in self.permissions if key[0] == name]:
+            del self.permissions[key]
+        self.save_definitions()
+
+    def delete_vhost(self, name: str) -> None:
+        vhost = self._vhost(name)
+        for connection in [c for c in self.connections if c.vhost is vhost]:
+            connection.shutdown(320, f"vhost '{name}' is deleted")
+        for queue in list(vhost.queues.values()):
+            vhost.remove_queue(queue)
+        del self.vhosts[name]
+        for key in [key for key in self.permissions if key[1] == name]:
+            del self.permissions[key]
+        self.save_definitions()
 
     def authenticate(self, username: str, password: str) -> User | None:
         user = self.users.get(username)
@@ -124,18 +173,18 @@ class Broker:
         for vhost in self.vhosts.values():
             self._attach(vhost)
             vhost.reapply_policies()
-        self._save_definitions()
+        self.save_definitions()
         return problems
 
     def _attach(self, vhost: VirtualHost) -> None:
-        vhost.on_change = self._save_definitions
+        vhost.on_change = self.save_definitions
         vhost.store = self.store
         vhost.dead_letterer.log = self.dead_letter_log
         for queue in vhost.queues.values():
             if queue.durable:
                 queue.store = self.store
 
-    def _save_definitions(self) -> None:
+    def save_definitions(self) -> None:
         if self.definitions is None:
             return
         document = definitions.export(self, durable_only=True)

@@ -20,7 +20,7 @@ from policies.model import PolicyError
 
 from ..errors import AMQPError
 from ..wire.table import FieldTable
-from . import definitions, messages, metrics
+from . import access, definitions, messages, metrics
 from .shapes import (
     NODE,
     binding_json,
@@ -485,6 +485,7 @@ def make_app(broker) -> web.Application:
     r.add_post("/api/definitions", import_definitions)
     r.add_post("/api/definitions/{vhost}", import_definitions)
     r.add_get("/metrics", prometheus)
+    access.add_routes(r)
     return app
 
 

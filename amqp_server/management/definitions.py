@@ -4,6 +4,7 @@ RabbitMQ and this broker in either direction."""
 
 from __future__ import annotations
 
+from ..broker.permissions import Permission
 from ..broker.users import HASHING_ALGORITHM, User
 from ..wire.table import FieldTable
 from .shapes import jsonable
@@ -30,6 +31,8 @@ def export(broker, only_vhost: str | None = None, durable_only: bool = False) ->
                          "hashing_algorithm": HASHING_ALGORITHM, "tags": list(u.tags),
                          "limits": {}} for u in broker.users.values()]
         out["vhosts"] = [{"name": v.name} for v in vhosts]
+        out["permissions"] = [p.as_json(user, vhost)
+                              for (user, vhost), p in sorted(broker.permissions.items())]
     out["policies"] = [tag(_policy(p), v) for v in vhosts for p in broker.policies.in_vhost(v.name)]
     out["operator_policies"] = [tag(_policy(p), v) for v in vhosts
                                 for p in broker.policies.in_vhost(v.name, operator=True)]
@@ -89,6 +92,19 @@ def import_(broker, document: dict, only_vhost: str | None = None) -> None:
             if isinstance(tags, str):
                 tags = [t for t in tags.split(",") if t]
             broker.users[item["name"]] = User(item["name"], item["password_hash"], tuple(tags))
+        if "permissions" in document:
+            for item in document["permissions"]:
+                if item["user"] not in broker.users or item["vhost"] not in broker.vhosts:
+                    raise ValueError(f"permissions of user '{item['user']}' in vhost "
+                                     f"'{item['vhost']}': no such user or vhost")
+                broker.permissions[(item["user"], item["vhost"])] = Permission(
+                    item.get("configure", ""), item.get("write", ""), item.get("read", ""))
+        else:
+            # Definitions saved before permissions existed: every user had
+            # every vhost, and keeps it.
+            for item in document.get("users", []):
+                for vhost in broker.vhosts:
+                    broker.permissions.setdefault((item["name"], vhost), Permission())
     for kind, operator in (("policies", False), ("operator_policies", True)):
         for item in document.get(kind, []):
             broker.set_policy(where(item), item["name"], item["pattern"], item["definition"],

@@ -14,6 +14,7 @@ from collections import deque
 
 from pamqp import commands as spec
 
+from ..broker.permissions import CONFIGURE, READ, WRITE, check
 from ..broker.message import HEADER_PREFIX, INSPECT_FLAGS, InvalidMessage, Message
 from ..broker.queue import REJECTED
 from ..broker.vhost import server_generated_name
@@ -217,7 +218,15 @@ class Channel:
         else:
             self.publish(message, mandatory)
 
+    def _allow(self, kind: str, resource: str, name: str) -> None:
+        """403 unless the user may `kind` (configure/write/read) the resource."""
+        access = self.conn.access
+        if not access.unrestricted:
+            check(access, kind, resource, name, self.vhost.name, self.conn.user.name)
+
     def _exchange_for_publish(self, name: str):
+        if not self.conn.access.unrestricted:
+            self._allow(WRITE, "exchange", name)
         exchange = self.vhost.exchanges.get(name)
         if exchange is None:
             raise not_found(f"no {resource_name('exchange', name, self.vhost.name)}")
@@ -339,6 +348,7 @@ class Channel:
         tag = method.consumer_tag
         if tag in self.consumers:
             raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        self._allow(READ, "queue", self._queue_name(method.queue))
         queue = self._owned_queue(method.queue)
         if method.exclusive and queue.consumers or queue.exclusive_consumer is not None:
             raise access_refused(
@@ -366,6 +376,7 @@ class Channel:
             self.vhost.remove_queue(queue)
 
     def _basic_get(self, method) -> None:
+        self._allow(READ, "queue", self._queue_name(method.queue))
         queue = self._owned_queue(method.queue)
         entry = queue.take_one()
         if entry is None:
@@ -493,6 +504,8 @@ class Channel:
     # ---- exchange.* ----------------------------------------------------
 
     def _exchange_declare(self, method) -> None:
+        if not method.passive:
+            self._allow(CONFIGURE, "exchange", method.exchange)
         self.vhost.declare_exchange(
             method.exchange, method.exchange_type, method.passive, method.durable,
             method.auto_delete, method.internal, method.arguments)
@@ -500,11 +513,13 @@ class Channel:
             self.send(make(spec.Exchange.DeclareOk))
 
     def _exchange_delete(self, method) -> None:
+        self._allow(CONFIGURE, "exchange", method.exchange)
         self.vhost.delete_exchange(method.exchange, method.if_unused)
         if not method.nowait:
             self.send(make(spec.Exchange.DeleteOk))
 
     def _exchange_bind(self, method) -> None:
+        self._allow_binding("exchange", method.destination, method.source)
         destination = self._e2e_destination(method.destination, method.source)
         self.vhost.bind(method.source, destination, method.routing_key, method.arguments)
         if not method.nowait:
@@ -512,6 +527,7 @@ class Channel:
 
     def _exchange_unbind(self, method) -> None:
         self._check_not_default(method.destination, method.source)
+        self._allow_binding("exchange", method.destination, method.source)
         source = self.vhost.exchanges.get(method.source)
         destination = self.vhost.exchanges.get(method.destination)
         if source is not None and destination is not None:
@@ -524,6 +540,12 @@ class Channel:
         self.vhost.exchange(source)
         return self.vhost.exchange(destination)
 
+    def _allow_binding(self, kind: str, destination: str, source: str) -> None:
+        """rabbit_channel binding_action: write on the destination, read on
+        the source exchange."""
+        self._allow(WRITE, kind, destination)
+        self._allow(READ, "exchange", source)
+
     @staticmethod
     def _check_not_default(*names: str) -> None:
         if "" in names:
@@ -533,8 +555,21 @@ class Channel:
 
     def _queue_declare(self, method) -> None:
         vhost = self.vhost
+        name = method.queue.replace("\r", "").replace("\n", "")
+        if not method.passive and not self.conn.access.unrestricted:
+            checked = name or "amq.gen-"  # the name the broker will generate
+            self._allow(CONFIGURE, "queue", checked)
+            arguments = method.arguments or {}
+            for key in ("x-dead-letter-exchange", "x-dead-letter-address", "x-expiry-address"):
+                target = arguments.get(key)
+                if isinstance(target, (str, bytes)):
+                    # Seed 002: dead-lettering to an exchange needs write on
+                    # it and read on the queue, checked at declare.
+                    self._allow(WRITE, "exchange",
+                                target.decode() if isinstance(target, bytes) else target)
+                    self._allow(READ, "queue", checked)
         queue = vhost.declare_queue(
-            method.queue.replace("\r", "").replace("\n", ""), self.conn, method.passive,
+            name, self.conn, method.passive,
             method.durable, method.exclusive, method.auto_delete, method.arguments)
         if queue.exclusive_owner is self.conn:
             self.conn.exclusive_queues.add(queue)
@@ -548,6 +583,7 @@ class Channel:
         name = self._queue_name(method.queue)
         routing_key = method.routing_key or (name if method.queue == "" else "")
         self._check_not_default(method.exchange)
+        self._allow_binding("queue", name, method.exchange)
         self.vhost.exchange(method.exchange)
         queue = self._owned_queue(name)
         self.vhost.bind(method.exchange, queue, routing_key, method.arguments)
@@ -558,6 +594,7 @@ class Channel:
         name = self._queue_name(method.queue)
         routing_key = method.routing_key or (name if method.queue == "" else "")
         self._check_not_default(method.exchange)
+        self._allow_binding("queue", name, method.exchange)
         queue = self.vhost.queues.get(name)
         if queue is not None and method.exchange in self.vhost.exchanges:
             self.vhost.check_exclusive_access(queue, self.conn)
@@ -565,12 +602,14 @@ class Channel:
         self.send(make(spec.Queue.UnbindOk))
 
     def _queue_purge(self, method) -> None:
+        self._allow(READ, "queue", self._queue_name(method.queue))
         queue = self._owned_queue(method.queue)
         count = queue.purge()
         if not method.nowait:
             self.send(make(spec.Queue.PurgeOk, message_count=count))
 
     def _queue_delete(self, method) -> None:
+        self._allow(CONFIGURE, "queue", self._queue_name(method.queue))
         queue = self.vhost.queues.get(self._queue_name(method.queue))
         count = 0
         if queue is not None:

@@ -88,6 +88,7 @@ class Connection:
         self.client_properties: dict = {}
         self.name = peer_host
         self.user = None
+        self.access = None  # the user's Permission in the open vhost
         self.vhost = None
         self.frame_max = self.config.frame_max
         self.channel_max = self.config.channel_max
@@ -544,6 +545,11 @@ class Connection:
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
             raise not_allowed(f"vhost {method.virtual_host} not found").for_method(10, 40)
+        access = self.broker.permission(self.user.name, vhost.name)
+        if access is None:
+            raise not_allowed(f"access to vhost '{vhost.name}' refused for user "
+                              f"'{self.user.name}'").for_method(10, 40)
+        self.access = access
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)
