@@ -9,26 +9,20 @@ from aiohttp import web
 
 from ..broker.permissions import Permission, PermissionError_
 from ..broker.users import HASHING_ALGORITHM, User, hash_password
+from .requests import BROKER, USER_KEY, BadRequest, read_body
 
 ADMINISTRATOR = "administrator"
 
 
 def _broker(request: web.Request):
-    from .api import BROKER
     return request.app[BROKER]
 
 
 def _require_admin(request: web.Request) -> None:
-    from .api import USER_KEY
     if ADMINISTRATOR not in request[USER_KEY].tags:
         raise web.HTTPForbidden(
             text='{"error":"not_authorised","reason":"Not administrator user"}',
             content_type="application/json")
-
-
-async def _json(request: web.Request) -> dict:
-    from .api import _body
-    return await _body(request)
 
 
 def user_json(user: User) -> dict:
@@ -54,11 +48,10 @@ async def get_user(request: web.Request) -> web.Response:
 
 async def put_user(request: web.Request) -> web.Response:
     """Create or update: `password` or `password_hash`, and `tags`."""
-    from .api import BadRequest
     _require_admin(request)
     broker = _broker(request)
     name = request.match_info["name"]
-    body = await _json(request)
+    body = await read_body(request)
     existing = broker.users.get(name)
     if "password" in body:
         password_hash = hash_password(str(body["password"]))
@@ -116,11 +109,10 @@ async def get_permission(request: web.Request) -> web.Response:
 
 
 async def put_permission(request: web.Request) -> web.Response:
-    from .api import BadRequest
     _require_admin(request)
     broker = _broker(request)
     vhost, user = request.match_info["vhost"], request.match_info["user"]
-    body = await _json(request)
+    body = await read_body(request)
     missing = [key for key in ("configure", "write", "read") if key not in body]
     if missing:
         raise BadRequest(f"{', '.join(missing)} must be given")

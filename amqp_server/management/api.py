@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
-import json
 
 from aiohttp import web
 
@@ -21,6 +20,7 @@ from policies.model import PolicyError
 from ..errors import AMQPError
 from ..wire.table import FieldTable
 from . import access, definitions, messages, metrics
+from .requests import BROKER, USER_KEY, BadRequest, read_body as _body
 from .shapes import (
     NODE,
     binding_json,
@@ -33,15 +33,6 @@ from .shapes import (
 )
 
 MANAGEMENT_TAGS = {"administrator", "management", "monitoring", "policymaker"}
-# aiohttp >= 3.12 wants typed request keys; older ones take a string.
-USER_KEY = web.RequestKey("user", object) if hasattr(web, "RequestKey") else "user"
-BROKER = web.AppKey("broker", object)
-
-
-class BadRequest(Exception):
-    """Becomes 400 with this reason."""
-
-
 def _error(status: int, error: str, reason: str) -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=status)
 
@@ -92,18 +83,6 @@ def _authenticate(request: web.Request, broker):
         except ValueError:
             return None
     return user
-
-
-async def _body(request: web.Request) -> dict:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json(loads=json.loads)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"could not parse JSON document: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("JSON document must be an object")
-    return body
 
 
 def flag(body: dict, key: str, default: bool) -> bool:

@@ -225,8 +225,7 @@ class Channel:
             check(access, kind, resource, name, self.vhost.name, self.conn.user.name)
 
     def _exchange_for_publish(self, name: str):
-        if not self.conn.access.unrestricted:
-            self._allow(WRITE, "exchange", name)
+        self._allow(WRITE, "exchange", name)
         exchange = self.vhost.exchanges.get(name)
         if exchange is None:
             raise not_found(f"no {resource_name('exchange', name, self.vhost.name)}")
