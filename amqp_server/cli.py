@@ -38,6 +38,8 @@ async def serve(config: BrokerConfig) -> None:
     server = Server(Broker(config))
     await server.start()
     print(f"amqp-server listening on {server.host}:{server.port}", flush=True)
+    if server.tls_listening:
+        print(f"amqps listening on {server.host}:{server.tls_port}", flush=True)
     if server.management is not None:
         print(f"management API on http://{server.host}:{server.management.port}/api/",
               flush=True)
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     loop = new_event_loop()
     try:
         loop.run_until_complete(serve(config))
+    except ConfigError as exc:
+        print(f"amqp-server: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"amqp-server: cannot listen on {config.host} (AMQP port {config.port}, "
               f"management port {config.management_port}): {exc.strerror}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,6 +35,29 @@ class BrokerConfig:
     heartbeat: int = 60
     # Seconds to wait for close-ok before dropping the socket.
     close_timeout: float = 3.0
+    # RabbitMQ's handshake_timeout (ms): a client that has not finished
+    # connection.open by then is dropped, however slowly it keeps talking.
+    handshake_timeout: int = 10000
+    # Seconds a refused login waits for its connection.close 403, so a
+    # client cannot try passwords as fast as the network allows.
+    login_failure_delay: float = 1.0
+    # RabbitMQ's connection_max (-1: no limit) and max_message_size (bytes;
+    # RabbitMQ caps it at 512 MiB).
+    connection_max: int = -1
+    max_message_size: int = 128 << 20
+    # RabbitMQ's vm_memory_high_watermark: above this fraction of the
+    # machine's RAM (or the absolute size, when set) publishers are blocked.
+    vm_memory_high_watermark: float = 0.4
+    vm_memory_high_watermark_absolute: int = 0
+    # amqps: a second listener, on when a certificate and key are given.
+    # verify_peer asks for a client certificate signed by tls_cacertfile;
+    # fail_if_no_peer_cert refuses clients without one.
+    tls_port: int = 5671
+    tls_certfile: str = ""
+    tls_keyfile: str = ""
+    tls_cacertfile: str = ""
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
     # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period;
     # -1 turns the reaper off and expired messages die at the head only).
     message_expiry_scan_period: int = 1000
@@ -85,6 +109,8 @@ class BrokerConfig:
         config = cls()
         for key, value in values.items():
             expected = type(getattr(config, key))
+            if key in _SIZE_KEYS and isinstance(value, str):
+                value = parse_size(key, value)
             if expected is float and isinstance(value, int):
                 value = float(value)
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -94,10 +120,37 @@ class BrokerConfig:
         if config.max_redelivery_records < -1:
             raise ConfigError("config key 'max_redelivery_records' must be -1 or more, "
                               f"got {config.max_redelivery_records}")
+        if not 0 < config.max_message_size <= _MAX_MESSAGE_SIZE_LIMIT:
+            raise ConfigError("config key 'max_message_size' must be between 1 and "
+                              f"{_MAX_MESSAGE_SIZE_LIMIT}, got {config.max_message_size}")
+        if not 0 <= config.vm_memory_high_watermark <= 1:
+            raise ConfigError("config key 'vm_memory_high_watermark' must be a fraction "
+                              f"between 0 and 1, got {config.vm_memory_high_watermark}")
+        if config.tls_verify_peer and not config.tls_cacertfile:
+            raise ConfigError("config key 'tls_verify_peer' needs 'tls_cacertfile'")
+        if bool(config.tls_certfile) != bool(config.tls_keyfile):
+            raise ConfigError("config keys 'tls_certfile' and 'tls_keyfile' go together")
         if config.policy_precedence not in ("argument", "policy"):
             raise ConfigError("config key 'policy_precedence' must be \"argument\" or "
                               f"\"policy\", got {config.policy_precedence!r}")
         return config
+
+
+_SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size")
+_MAX_MESSAGE_SIZE_LIMIT = 512 << 20
+# RabbitMQ's information units: kB/MB/GB are powers of ten, KiB/MiB/GiB of two.
+_UNITS = {"": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(key: str, text: str) -> int:
+    """'2GB', '512MiB' or '1000000' as bytes, as RabbitMQ reads sizes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise ConfigError(f"config key {key!r} must be a size such as 1000000, '512MiB' "
+                          f"or '2GB', got {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
 def _flatten(raw: dict) -> dict:

@@ -12,18 +12,21 @@ import asyncio
 import gc
 import ipaddress
 import logging
+import ssl
 
 from .broker.broker import Broker
+from .config import ConfigError
 from .errors import CONNECTION_FORCED
 from .management.api import ManagementServer
 from .protocol.connection import CLOSING, OPEN, Connection
 
 log = logging.getLogger("amqp_server")
 
-# RabbitMQ's handshake_timeout: a client has 10 s to finish connection.open.
-HANDSHAKE_TIMEOUT = 10.0
-WRITE_HIGH_WATER = 4 << 20
-WRITE_LOW_WATER = 1 << 20
+# A peer that does not read its socket gets at most this much buffered
+# here: past it deliveries stop and its requests are no longer read (their
+# answers would pile up too), until the buffer drains below the low mark.
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 << 10
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -35,6 +38,7 @@ class AMQPProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._heartbeat_started = False
+        self._reading = True
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -50,7 +54,8 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.name = f"{host}:{peer[1]} -> {local[0]}:{local[1]}"
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self.server.protocols.add(self)
-        self._timers["handshake"] = self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_expired)
+        self._timers["handshake"] = self.loop.call_later(
+            self.server.broker.config.handshake_timeout / 1000, self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -68,11 +73,21 @@ class AMQPProtocol(asyncio.Protocol):
         alarms = self.server.broker.alarms
         if alarms and conn.publishing and not conn.blocked:
             conn.block("low on " + " and ".join(sorted(alarms)))
-            self.transport.pause_reading()
         elif not alarms and conn.blocked:
             conn.unblock()
-            self.transport.resume_reading()
+        self._update_reading()
         self._flush()
+
+    def _update_reading(self) -> None:
+        """Read from the peer unless a resource alarm blocks it or it is not
+        reading what we send."""
+        should_read = not self.conn.blocked and self.conn.writable
+        if should_read != self._reading and self.transport is not None:
+            self._reading = should_read
+            if should_read:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -91,6 +106,12 @@ class AMQPProtocol(asyncio.Protocol):
         if conn.close_after_flush:
             self._cancel_timers()
             transport.close()
+            return
+        if conn.login_refusal is not None and "refusal" not in self._timers:
+            self._cancel_timers()
+            transport.pause_reading()
+            self._timers["refusal"] = self.loop.call_later(
+                self.server.broker.config.login_failure_delay, self._send_refusal)
             return
         if conn.state == OPEN and not self._heartbeat_started:
             self._heartbeat_started = True
@@ -114,6 +135,12 @@ class AMQPProtocol(asyncio.Protocol):
         else:
             log.info("connection from %s missed heartbeats; closed", self.conn.peer_host)
 
+    def _send_refusal(self) -> None:
+        self._timers.pop("refusal", None)
+        if self.transport is not None:
+            self.transport.write(self.conn.login_refusal)
+            self.transport.close()
+
     def _handshake_expired(self) -> None:
         self._timers.pop("handshake", None)
         if self.conn.state != OPEN and self.transport is not None:
@@ -124,9 +151,11 @@ class AMQPProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.conn.pause_writing()
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self.conn.resume_writing()
+        self._update_reading()
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -155,16 +184,39 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 1000)
 
 
+def tls_context(config) -> ssl.SSLContext | None:
+    """The amqps listener's context, or None when no certificate is set.
+    Client certificates: asked for with tls_verify_peer, required with
+    tls_fail_if_no_peer_cert (RabbitMQ's verify_peer / fail_if_no_peer_cert)."""
+    if not config.tls_certfile:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(config.tls_certfile, config.tls_keyfile)
+        if config.tls_cacertfile:
+            context.load_verify_locations(config.tls_cacertfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"TLS certificate, key or CA file cannot be used: {exc}") from None
+    if config.tls_fail_if_no_peer_cert:
+        context.verify_mode = ssl.CERT_REQUIRED
+    elif config.tls_verify_peer:
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
 class Server:
     """Listens for AMQP connections on behalf of one broker."""
 
     def __init__(self, broker: Broker | None = None, host: str | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, tls_port: int | None = None) -> None:
         self.broker = broker or Broker()
         self.host = host if host is not None else self.broker.config.host
         self.port = port if port is not None else self.broker.config.port
+        self.tls_port = tls_port if tls_port is not None else self.broker.config.tls_port
         self.protocols: set[AMQPProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
         self._reaper = None
         self._resource_check = None
         self.management: ManagementServer | None = None
@@ -188,11 +240,22 @@ class Server:
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("AMQP 0-9-1 listening on %s:%d", self.host, self.port)
+        context = tls_context(broker.config)
+        if context is not None:
+            self._tls_server = await loop.create_server(
+                lambda: AMQPProtocol(self), self.host, self.tls_port, reuse_address=True,
+                ssl=context, ssl_handshake_timeout=broker.config.handshake_timeout / 1000)
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+            log.info("AMQP 0-9-1 over TLS listening on %s:%d", self.host, self.tls_port)
         if broker.config.management_port >= 0:
             self.management = ManagementServer(broker, self.host, broker.config.management_port)
             await self.management.start()
             log.info("management HTTP API listening on %s:%d", self.host,
                      self.management.port)
+
+    @property
+    def tls_listening(self) -> bool:
+        return self._tls_server is not None
 
     def _alarm_changed(self) -> None:
         for protocol in list(self.protocols):
@@ -200,8 +263,9 @@ class Server:
 
     async def stop(self, grace: float = 1.0) -> None:
         """Close the listener, send 320 CONNECTION_FORCED to every client."""
-        if self._server is not None:
-            self._server.close()
+        for listener in (self._server, self._tls_server):
+            if listener is not None:
+                listener.close()
         for timer in (self._reaper, self._resource_check):
             if timer is not None:
                 timer.cancel()
@@ -217,8 +281,9 @@ class Server:
         for protocol in list(self.protocols):
             if protocol.transport is not None:
                 protocol.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for listener in (self._server, self._tls_server):
+            if listener is not None:
+                await listener.wait_closed()
         if self.broker.store is not None:
             await self.broker.store.shutdown()
             self.broker.dead_letter_log.close()

@@ -43,6 +43,10 @@ class BrokerThread:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
     @property
+    def tls_port(self) -> int:
+        return self.server.tls_port
+
+    @property
     def management_url(self) -> str:
         return f"http://127.0.0.1:{self.server.management.port}"
 

@@ -76,7 +76,8 @@ class RawClient:
             return False
 
     def handshake(self, heartbeat: int = 0, frame_max: int = 131072,
-                  vhost: str = "/", capabilities: dict | None = None) -> None:
+                  vhost: str = "/", capabilities: dict | None = None,
+                  channel_max: int = 0) -> None:
         self.send(frames.PROTOCOL_HEADER)
         _, start = self.read_method()
         assert isinstance(start, spec.Connection.Start)
@@ -87,7 +88,8 @@ class RawClient:
                                  locale="en_US"))
         _, tune = self.read_method()
         assert isinstance(tune, spec.Connection.Tune)
-        self.send_method(0, make(spec.Connection.TuneOk, channel_max=tune.channel_max,
+        self.send_method(0, make(spec.Connection.TuneOk,
+                                 channel_max=channel_max or tune.channel_max,
                                  frame_max=frame_max, heartbeat=heartbeat))
         self.send_method(0, make(spec.Connection.Open, virtual_host=vhost))
         _, opened = self.read_method()

@@ -15,3 +15,14 @@ def wait_get(channel, queue: str, timeout: float = 5.0):
             return method, props, body
         time.sleep(0.02)
     return None, None, None
+
+
+def wait_for(condition, seconds: float = 5.0, step=lambda: time.sleep(0.02)) -> bool:
+    """Call `step` until `condition()` holds or `seconds` pass; whether it held."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if condition():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        step()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -17,14 +16,14 @@ from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definitions import DefinitionStore
 from ..storage.message_store import MessageStore
 from ..storage.recovery import restore_messages
+from . import resources
 from .permissions import NONE, Permission
-
-NO_ACCESS = Permission(NONE, NONE, NONE)
 from .timers import Timers, now_ms
 from .users import User
+from .vhost import VirtualHost
 
 log = logging.getLogger("amqp_server")
-from .vhost import VirtualHost
+NO_ACCESS = Permission(NONE, NONE, NONE)
 
 
 @dataclass
@@ -116,15 +115,21 @@ class Broker:
         return user
 
     def check_resources(self) -> None:
-        """The disk alarm: set below `disk_free_limit` free bytes, cleared
-        when space returns; the shell blocks and unblocks publishers."""
+        """The memory and disk alarms: set above the memory high watermark or
+        below `disk_free_limit` free bytes, cleared when back on the right
+        side; the shell blocks and unblocks publishers."""
+        config = self.config
+        limit = resources.memory_limit(config.vm_memory_high_watermark,
+                                       config.vm_memory_high_watermark_absolute,
+                                       resources.total_memory())
+        used = resources.resident_memory()
+        if limit and used:
+            self.set_alarm("memory", used > limit)
         if self.definitions is None:
             return
-        try:
-            free = shutil.disk_usage(self.config.data_dir).free
-        except OSError:
-            return
-        self.set_alarm("disk", free < self.config.disk_free_limit)
+        free = resources.disk_free(config.data_dir)
+        if free is not None:
+            self.set_alarm("disk", free < config.disk_free_limit)
 
     def set_alarm(self, resource: str, raised: bool) -> None:
         if raised == (resource in self.alarms):

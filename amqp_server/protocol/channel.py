@@ -35,8 +35,6 @@ from .consumer import Consumer
 
 _BODY_SIZE = struct.Struct(">Q")
 _HEADER_CLASS = struct.Struct(">H")
-# RabbitMQ 3.13's default max_message_size (128 MiB).
-MAX_MESSAGE_SIZE = 128 * 1024 * 1024
 
 
 class Channel:
@@ -180,10 +178,11 @@ class Channel:
         if class_id != 60:
             raise AMQPError(505, f"content header for class {class_id}, expected 60")
         (size,) = _BODY_SIZE.unpack_from(payload, 4)
-        if size > MAX_MESSAGE_SIZE:
+        limit = self.conn.config.max_message_size
+        if size > limit:
             self._publish = None
             raise precondition_failed(
-                f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}")
+                f"message size {size} is larger than configured max size {limit}")
         if size == 0:
             self._complete(payload, b"")
         else:

@@ -36,7 +36,7 @@ from ..wire import frames
 from ..wire.methods import MethodDecodeError, UnknownMethod, decode_method, make
 from ..wire.table import FieldTable, decode_table_body
 from ..broker.message import Message
-from .channel import MAX_MESSAGE_SIZE, Channel
+from .channel import Channel
 
 log = logging.getLogger("amqp_server.connection")
 
@@ -109,6 +109,7 @@ class Connection:
         self._last_fields = None
         self._last_header = b""
         self.publishing = False  # has published: a resource alarm blocks it
+        self.login_refusal: bytes | None = None
         self.blocked = False
 
     # ---- output --------------------------------------------------------
@@ -323,7 +324,7 @@ class Connection:
             fields = _publish_fields(payload)
             self._last_publish = payload
             self._last_fields = fields
-        if (fields is None or fields[3] & 2 or body_size > MAX_MESSAGE_SIZE
+        if (fields is None or fields[3] & 2 or body_size > self.config.max_message_size
                 or data[pos + 7 : pos + 9] != b"\x00\x3c"):
             return 0  # malformed, immediate, oversized or not class 60: the slow path says why
         exchange, routing_key, route, bits, routing_keys = fields
@@ -366,10 +367,11 @@ class Connection:
         if isinstance(method, spec.Channel.Open):
             if channel is not None or number in self.closing_channels:
                 raise channel_error("second 'channel.open' seen")
-            if number > self.channel_max:
+            # RabbitMQ counts open channels; their numbers may be any.
+            if len(self.channels) >= self.channel_max:
                 raise not_allowed(
-                    f"channel number {number} exceeds the negotiated channel_max "
-                    f"({self.channel_max})")
+                    f"number of channels opened ({len(self.channels)}) has reached the "
+                    f"negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
             self._send_method(number, make(spec.Channel.OpenOk))
             return
@@ -515,12 +517,19 @@ class Connection:
                                   heartbeat=self.config.heartbeat))
 
     def _refuse_login(self, mechanism: str, reason: str) -> None:
+        """The answer (connection.close 403 when the client asked for it, else
+        nothing) waits in `login_refusal` for the shell to send after
+        `login_failure_delay`; nothing the client sends meanwhile is read."""
+        log.warning("%s login refused from %s: %s", mechanism, self.peer_host, reason)
+        refusal = b""
         if self.capabilities.get("authentication_failure_close"):
             text = (f"Login was refused using authentication mechanism {mechanism}. "
                     "For details see the broker logfile.")
-            self._send_method(0, make(spec.Connection.Close, reply_code=ACCESS_REFUSED,
-                                      reply_text=f"ACCESS_REFUSED - {text}"))
-        self.close_transport()
+            refusal = frames.method_frame(0, make(
+                spec.Connection.Close, reply_code=ACCESS_REFUSED,
+                reply_text=f"ACCESS_REFUSED - {text}"))
+        self.login_refusal = refusal
+        self.state = CLOSED
 
     def _tune_ok(self, method) -> None:
         frame_max = method.frame_max
@@ -545,6 +554,10 @@ class Connection:
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
             raise not_allowed(f"vhost {method.virtual_host} not found").for_method(10, 40)
+        limit = self.config.connection_max
+        if 0 <= limit <= len(self.broker.connections):
+            raise not_allowed("connection refused: node connection limit "
+                              f"({limit}) is reached").for_method(10, 40)
         access = self.broker.permission(self.user.name, vhost.name)
         if access is None:
             raise not_allowed(f"access to vhost '{vhost.name}' refused for user "
