@@ -67,8 +67,9 @@ class AMQPError(Exception):
     @property
     def reply_text(self) -> str:
         text = f"{NAMES.get(self.code, str(self.code))} - {self.explanation}"
-        # reply-text is a shortstr; RabbitMQ truncates the same way.
-        return text.encode("utf-8")[:255].decode("utf-8", "ignore")
+        # reply-text is a shortstr; RabbitMQ truncates the same way.  Names
+        # that were not UTF-8 on the wire show their bytes escaped.
+        return text.encode("utf-8", "backslashreplace")[:255].decode("utf-8", "ignore")
 
     @property
     def closes_connection(self) -> bool:

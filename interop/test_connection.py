@@ -171,6 +171,8 @@ def other_connections_still_work(broker):
     (frames.method_frame(7, make(spec.Queue.Declare, queue="x")), 504),  # channel not open
     (frames.frame(1, 1, b"\x00\x14\x00\x0a\x00"), 504),                # second channel.open
     (frames.frame(8, 1, b""), 505),                                    # heartbeat off channel 0
+    (frames.method_frame(1, make(spec.Basic.Publish, routing_key="q"))  # property flags
+     + frames.frame(2, 1, b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\x7f\x7f"), 502),  # cut short
 ])
 def test_malformed_frames_close_the_connection_only(broker, data, code):
     client = RawClient.opened(broker.port)

@@ -15,7 +15,12 @@ from pamqp import body as pamqp_body
 
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
-from amqp_server.wire.properties import Properties, decode_properties, encode_properties
+from amqp_server.wire.properties import (
+    Properties,
+    check_properties,
+    decode_properties,
+    encode_properties,
+)
 from amqp_server.wire.table import (
     FieldTable, Timestamp, decode_table, encode_table, infer_type)
 
@@ -239,3 +244,35 @@ def test_dead_letter_splice_equals_a_full_re_encode():
         spliced = splice_dead_letter(raw, 12, locate(raw, 12), encode_table(new))
         assert spliced == b"\x00" * 12 + encode_properties(
             replace(props, headers=new, expiration=None)), combo
+
+
+@given(st.binary(max_size=64))
+def test_check_properties_agrees_with_the_decoder(raw):
+    """What check_properties lets through (headers table aside, which is
+    decoded at publish), the decoder reads; what it refuses, it refuses."""
+    try:
+        check_properties(raw)
+    except ValueError:
+        accepted = False
+    else:
+        accepted = True
+    try:
+        decode_properties(raw)
+    except ValueError:
+        decoded = False
+    else:
+        decoded = True
+    if raw[:1] and raw[0] & 0x20:  # a headers table: the decoder may refuse more
+        assert decoded <= accepted
+    else:
+        assert accepted == decoded
+
+
+def test_property_flags_that_promise_more_than_is_there():
+    for raw in (b"\x7f\x7f", b"\x80\x00", b"\x80\x00\x05abc", b"\x00\x40\x00"):
+        try:
+            check_properties(raw)
+        except ValueError:
+            continue
+        raise AssertionError(f"{raw!r} accepted")
+    check_properties(b"\x90\x00\x04text\x02")  # content_type and delivery_mode

@@ -28,9 +28,11 @@ from ..errors import (
     resource_name,
     unexpected_frame,
     NO_ROUTE,
+    SYNTAX_ERROR,
 )
 from ..wire import frames
 from ..wire.methods import make
+from ..wire.properties import check_properties
 from .consumer import Consumer
 
 _BODY_SIZE = struct.Struct(">Q")
@@ -177,6 +179,10 @@ class Channel:
         (class_id,) = _HEADER_CLASS.unpack_from(payload, 0)
         if class_id != 60:
             raise AMQPError(505, f"content header for class {class_id}, expected 60")
+        try:
+            check_properties(payload[HEADER_PREFIX:])
+        except ValueError as exc:
+            raise AMQPError(SYNTAX_ERROR, f"malformed content header: {exc}") from None
         (size,) = _BODY_SIZE.unpack_from(payload, 4)
         limit = self.conn.config.max_message_size
         if size > limit:

@@ -34,8 +34,9 @@ from ..errors import (
 )
 from ..wire import frames
 from ..wire.methods import MethodDecodeError, UnknownMethod, decode_method, make
+from ..wire.properties import check_properties
 from ..wire.table import FieldTable, decode_table_body
-from ..broker.message import Message
+from ..broker.message import HEADER_PREFIX, Message
 from .channel import Channel
 
 log = logging.getLogger("amqp_server.connection")
@@ -331,9 +332,14 @@ class Connection:
         header = data[pos + 7 : header_end]
         if header == self._last_header:
             # Same properties as the previous publish: queued messages share
-            # one header object (about 50 bytes each for a deep queue).
+            # one header object (about 50 bytes each for a deep queue), and
+            # they have been checked already.
             header = self._last_header
         else:
+            try:
+                check_properties(header[HEADER_PREFIX:])
+            except ValueError:
+                return 0  # the slow path says what is wrong
             self._last_header = header
         message = Message(exchange, routing_key, route, header, body, routing_keys)
         try:

@@ -65,14 +65,14 @@ def decode_properties(raw: bytes) -> Properties:
         raise ValueError("content header properties truncated")
     (flags,) = _U16.unpack_from(raw, 0)
     offset = 2
-    # Continuation flag words exist in the grammar but no 0-9-1 property uses
-    # them; skip any that a peer sends.
-    last = flags
-    while last & 1:
-        (last,) = _U16.unpack_from(raw, offset)
-        offset += 2
     props = Properties()
     try:
+        # Continuation flag words exist in the grammar but no 0-9-1 property
+        # uses them; skip any that a peer sends.
+        last = flags
+        while last & 1:
+            (last,) = _U16.unpack_from(raw, offset)
+            offset += 2
         for name, bit, kind in PROPERTY_SPEC:
             if not flags & bit:
                 continue
@@ -95,6 +95,37 @@ def decode_properties(raw: bytes) -> Properties:
     except (IndexError, struct.error) as exc:
         raise ValueError(f"content header properties malformed: {exc}") from exc
     return props
+
+
+_SIZES = {"octet": 1, "timestamp": 8}
+
+
+def check_properties(raw: bytes) -> None:
+    """Raise ValueError unless every property the flags announce fits in
+    `raw`: what a publish must pass before the broker keeps its header
+    undecoded (the headers table itself is decoded at publish)."""
+    size = len(raw)
+    if size < 2:
+        raise ValueError("content header properties truncated")
+    (flags,) = _U16.unpack_from(raw, 0)
+    offset = 2
+    last = flags
+    while last & 1:
+        if offset + 2 > size:
+            raise ValueError("content header property flags truncated")
+        (last,) = _U16.unpack_from(raw, offset)
+        offset += 2
+    for name, bit, kind in PROPERTY_SPEC:
+        if not flags & bit:
+            continue
+        if kind == "shortstr":
+            offset += 1 + (raw[offset] if offset < size else 0)
+        elif kind == "table":
+            offset += 4 + (_U32.unpack_from(raw, offset)[0] if offset + 4 <= size else 0)
+        else:
+            offset += _SIZES[kind]
+        if offset > size:
+            raise ValueError(f"property {name} exceeds header")
 
 
 def encode_properties(props: Properties, raw_headers: bytes | None = None) -> bytes:
