@@ -66,3 +66,29 @@ def test_files_roll_and_retention_bounds_them(tmp_path):
     assert sum(p.stat().st_size for p in kept) <= 350 + 100
     last = json.loads(kept[-1].read_text().splitlines()[-1])
     assert last["n"] == 9
+
+
+def test_names_that_are_not_utf8_are_logged_as_json(broker):
+    """A raw client may name a queue with any bytes; its deaths still become
+    JSON lines (found by the fuzz harness: the writer used to fail)."""
+    from pamqp import commands as spec
+
+    from amqp_server.wire import frames
+    from amqp_server.wire.methods import make
+    from interop.rawclient import RawClient
+
+    client = RawClient.for_url(broker.url)
+    name = b"bad\xff".decode("utf-8", "surrogateescape")
+    client.send_method(1, make(spec.Queue.Declare, queue=name))
+    client.read_method()
+    client.publish(1, "", name, frames.content_header(4, b"\x00\x00"), b"body")
+    client.send_method(1, make(spec.Basic.Get, queue=name))
+    _, get_ok = client.read_method()
+    client.read_frame(), client.read_frame()
+    client.send_method(1, make(spec.Basic.Reject, delivery_tag=get_ok.delivery_tag,
+                               requeue=False))
+    client.send_method(1, make(spec.Queue.Declare, queue="after", passive=False))
+    client.read_method()  # the channel is still open: nothing failed
+    events = read_events(broker, 1)
+    assert [event["queue"] for event in events] == [name]
+    client.close()

@@ -118,3 +118,31 @@ def test_confirmed_messages_survive_kill_9(data_dir, round_):
     assert sum(len(s) for s in confirmed.values()) > 0
     redelivered = {body for body, flag in got if flag}
     assert redelivered == set(delivered)
+
+
+def test_names_that_are_not_utf8_are_stored(data_dir):
+    """A durable queue named with bytes that are not UTF-8 keeps its
+    persistent messages across a restart (found by the fuzz harness: such a
+    name made the store's write fail, taking its whole batch)."""
+    from pamqp import commands as spec
+
+    from amqp_server.testing import BrokerThread
+    from amqp_server.wire import frames
+    from amqp_server.wire.methods import make
+    from interop.rawclient import RawClient
+
+    name = b"bad\xff".decode("utf-8", "surrogateescape")
+    with BrokerThread(data_dir=data_dir) as broker:
+        client = RawClient.for_url(broker.url)
+        client.send_method(1, make(spec.Confirm.Select))
+        client.read_method()
+        for queue in (name, "good"):
+            client.send_method(1, make(spec.Queue.Declare, queue=queue, durable=True))
+            client.read_method()
+            client.publish(1, "", queue, frames.content_header(4, b"\x10\x00\x02"), b"kept")
+            _, ack = client.read_method()
+            assert isinstance(ack, spec.Basic.Ack)
+        client.close()
+    with BrokerThread(data_dir=data_dir) as broker:
+        queues = broker.broker.vhosts["/"].queues
+        assert (queues[name].message_count, queues["good"].message_count) == (1, 1)

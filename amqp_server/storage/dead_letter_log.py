@@ -48,7 +48,9 @@ class LogFiles:
         self._counter = 0
 
     def write(self, lines: list[str]) -> None:
-        data = "".join(lines).encode("utf-8")
+        # Names that were not UTF-8 on the wire carry lone surrogates; inside
+        # a JSON string "\udcXX" is a valid escape, so the line stays JSON.
+        data = "".join(lines).encode("utf-8", "backslashreplace")
         handle = self._current(len(data))
         handle.write(data)
         handle.flush()

@@ -20,7 +20,7 @@ MAX_RECORD = 256 << 20  # larger than any message the broker accepts, plus frami
 
 
 def encode(payload: object) -> bytes:
-    body = msgpack.packb(payload, use_bin_type=True)
+    body = msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogateescape")
     return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
 
 
@@ -66,6 +66,6 @@ def _record_at(data: bytes, pos: int):
     if zlib.crc32(body) != crc:
         return None
     try:
-        return msgpack.unpackb(body, raw=False), end
+        return msgpack.unpackb(body, raw=False, unicode_errors="surrogateescape"), end
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None

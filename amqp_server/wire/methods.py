@@ -143,7 +143,7 @@ def encode_method(method: object) -> bytes:
         elif kind == "longstr":
             raw = value or b""
             if isinstance(raw, str):
-                raw = raw.encode("utf-8")
+                raw = raw.encode("utf-8", "surrogateescape")
             out.append(_U32.pack(len(raw)))
             out.append(bytes(raw))
         elif kind == "table":

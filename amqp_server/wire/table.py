@@ -225,7 +225,7 @@ def _encode_value(value: object, type_name: str | None, out: list[bytes]) -> Non
         out.append(tag)
         out.append(st.pack(value))
     elif type_name == "longstr":
-        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
         out.append(b"S")
         out.append(_U32.pack(len(raw)))
         out.append(raw)
@@ -251,7 +251,7 @@ def _encode_value(value: object, type_name: str | None, out: list[bytes]) -> Non
         out.append(b"D")
         out.append(_DECIMAL.pack(places, unscaled))
     elif type_name == "binary":
-        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
         out.append(b"x")
         out.append(_U32.pack(len(raw)))
         out.append(raw)
