@@ -126,8 +126,9 @@ class BrokerConfig:
         if not 0 <= config.vm_memory_high_watermark <= 1:
             raise ConfigError("config key 'vm_memory_high_watermark' must be a fraction "
                               f"between 0 and 1, got {config.vm_memory_high_watermark}")
-        if config.tls_verify_peer and not config.tls_cacertfile:
-            raise ConfigError("config key 'tls_verify_peer' needs 'tls_cacertfile'")
+        for key in ("tls_verify_peer", "tls_fail_if_no_peer_cert"):
+            if getattr(config, key) and not config.tls_cacertfile:
+                raise ConfigError(f"config key {key!r} needs 'tls_cacertfile'")
         if bool(config.tls_certfile) != bool(config.tls_keyfile):
             raise ConfigError("config keys 'tls_certfile' and 'tls_keyfile' go together")
         if config.policy_precedence not in ("argument", "policy"):

@@ -292,7 +292,7 @@ def socket_round(port: int, inputs: list[tuple[bool, bytes]]) -> None:
                 if opened:
                     sock.sendall(OPENED)
                 sock.sendall(data)
-                sock.settimeout(0.05)
+                sock.settimeout(0.02)
                 while sock.recv(65536):
                     pass
             except OSError:
