@@ -142,6 +142,40 @@ def test_management_needs_administrator_for_users(broker, capsys):
     assert "Not administrator" in capsys.readouterr().err
 
 
+def http(broker, method: str, path: str, user: str, body: dict | None = None) -> tuple:
+    """(status, JSON reason or None) of one management request as `user`/pw."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(broker.management_url + path, data=data, method=method)
+    request.add_header("Authorization", "Basic " + b64encode(f"{user}:pw".encode()).decode())
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}").get("reason")
+
+
+def test_management_honours_user_tags(broker):
+    """policymaker: policies in its vhosts; monitoring: neither policies
+    nor definitions; operator policies and definitions: administrator."""
+    for user, tags in (("pam", "policymaker"), ("mona", "monitoring"), ("ada", "administrator")):
+        assert ctl(broker, "add_user", user, "pw") == 0
+        assert ctl(broker, "set_user_tags", user, tags) == 0
+    assert ctl(broker, "set_permissions", "pam", ".*", ".*", ".*") == 0
+    policy = {"pattern": "^dl", "definition": {"message-ttl": 1000}}
+    assert http(broker, "PUT", "/api/policies/%2F/ttl", "pam", policy) == (201, None)
+    assert http(broker, "PUT", "/api/policies/%2F/ttl", "mona", policy) == (
+        403, "User not authorised to access object")
+    assert ctl(broker, "add_vhost", "other") == 0  # pam has no permissions there
+    assert http(broker, "PUT", "/api/policies/other/ttl", "pam", policy) == (
+        403, "User not authorised to access object")
+    assert http(broker, "PUT", "/api/operator-policies/%2F/cap", "pam", policy) == (
+        403, "Not administrator user")
+    assert http(broker, "GET", "/api/definitions", "mona") == (403, "Not administrator user")
+    assert http(broker, "GET", "/api/definitions", "ada") == (200, None)
+    assert http(broker, "DELETE", "/api/policies/%2F/ttl", "ada") == (204, None)
+
+
 def test_amqpctl_verbs_and_errors(broker, capsys):
     assert ctl(broker, "add_user", "dave", "pw") == 0
     assert ctl(broker, "add_user", "dave", "pw") == 65

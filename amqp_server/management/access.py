@@ -9,20 +9,11 @@ from aiohttp import web
 
 from ..broker.permissions import Permission, PermissionError_
 from ..broker.users import HASHING_ALGORITHM, User, hash_password
-from .requests import BROKER, USER_KEY, BadRequest, read_body
-
-ADMINISTRATOR = "administrator"
+from .requests import BROKER, BadRequest, read_body, require_admin
 
 
 def _broker(request: web.Request):
     return request.app[BROKER]
-
-
-def _require_admin(request: web.Request) -> None:
-    if ADMINISTRATOR not in request[USER_KEY].tags:
-        raise web.HTTPForbidden(
-            text='{"error":"not_authorised","reason":"Not administrator user"}',
-            content_type="application/json")
 
 
 def user_json(user: User) -> dict:
@@ -37,18 +28,18 @@ def _tags(value) -> tuple[str, ...]:
 
 
 async def list_users(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     return web.json_response([user_json(u) for u in _broker(request).users.values()])
 
 
 async def get_user(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     return web.json_response(user_json(_broker(request).users[request.match_info["name"]]))
 
 
 async def put_user(request: web.Request) -> web.Response:
     """Create or update: `password` or `password_hash`, and `tags`."""
-    _require_admin(request)
+    require_admin(request)
     broker = _broker(request)
     name = request.match_info["name"]
     body = await read_body(request)
@@ -69,13 +60,13 @@ async def put_user(request: web.Request) -> web.Response:
 
 
 async def delete_user(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     _broker(request).delete_user(request.match_info["name"])
     return web.Response(status=204)
 
 
 async def put_vhost(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     broker = _broker(request)
     name = request.match_info["name"]
     existed = name in broker.vhosts
@@ -84,13 +75,13 @@ async def put_vhost(request: web.Request) -> web.Response:
 
 
 async def delete_vhost(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     _broker(request).delete_vhost(request.match_info["name"])
     return web.Response(status=204)
 
 
 async def list_permissions(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     broker = _broker(request)
     vhost = request.match_info.get("vhost")
     user = request.match_info.get("user")
@@ -102,14 +93,14 @@ async def list_permissions(request: web.Request) -> web.Response:
 
 
 async def get_permission(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     vhost, user = request.match_info["vhost"], request.match_info["user"]
     permission = _broker(request).permissions[(user, vhost)]
     return web.json_response(permission.as_json(user, vhost))
 
 
 async def put_permission(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     broker = _broker(request)
     vhost, user = request.match_info["vhost"], request.match_info["user"]
     body = await read_body(request)
@@ -126,7 +117,7 @@ async def put_permission(request: web.Request) -> web.Response:
 
 
 async def delete_permission(request: web.Request) -> web.Response:
-    _require_admin(request)
+    require_admin(request)
     _broker(request).clear_permission(request.match_info["user"], request.match_info["vhost"])
     return web.Response(status=204)
 

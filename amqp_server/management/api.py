@@ -20,7 +20,16 @@ from policies.model import PolicyError
 from ..errors import AMQPError
 from ..wire.table import FieldTable
 from . import access, definitions, messages, metrics
-from .requests import BROKER, USER_KEY, BadRequest, read_body as _body
+from .requests import (
+    ADMINISTRATOR,
+    BROKER,
+    POLICYMAKER,
+    USER_KEY,
+    BadRequest,
+    read_body as _body,
+    forbidden,
+    require_admin,
+)
 from .shapes import (
     NODE,
     binding_json,
@@ -323,6 +332,20 @@ async def delete_binding(request: web.Request) -> web.Response:
 # ---- policies -----------------------------------------------------------------
 
 def _policy_routes(operator: bool):
+    def may_change(request: web.Request) -> None:
+        # RabbitMQ: policies need policymaker (or administrator) with access
+        # to the vhost; operator policies need administrator.
+        if operator:
+            require_admin(request)
+            return
+        user = request[USER_KEY]
+        if ADMINISTRATOR in user.tags:
+            return
+        vhost = request.match_info["vhost"]
+        if POLICYMAKER not in user.tags or request.app[BROKER].permission(
+                user.name, vhost) is None:
+            raise forbidden("User not authorised to access object")
+
     async def listing(request: web.Request) -> web.Response:
         store = request.app[BROKER].policies
         names = [v.name for v in _vhosts(request)]
@@ -335,6 +358,7 @@ def _policy_routes(operator: bool):
         return web.json_response(policy.as_json())
 
     async def put(request: web.Request) -> web.Response:
+        may_change(request)
         broker = request.app[BROKER]
         vhost, name = request.match_info["vhost"], request.match_info["name"]
         body = await _body(request)
@@ -350,6 +374,7 @@ def _policy_routes(operator: bool):
         return web.Response(status=204 if existed else 201)
 
     async def delete(request: web.Request) -> web.Response:
+        may_change(request)
         request.app[BROKER].clear_policy(request.match_info["vhost"],
                                          request.match_info["name"], operator)
         return web.Response(status=204)
@@ -398,11 +423,13 @@ async def list_consumers(request: web.Request) -> web.Response:
 # ---- definitions --------------------------------------------------------------
 
 async def export_definitions(request: web.Request) -> web.Response:
+    require_admin(request)
     broker = request.app[BROKER]
     return web.json_response(definitions.export(broker, request.match_info.get("vhost")))
 
 
 async def import_definitions(request: web.Request) -> web.Response:
+    require_admin(request)
     broker = request.app[BROKER]
     body = await _body(request)
     try:

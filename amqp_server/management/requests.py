@@ -26,3 +26,18 @@ async def read_body(request: web.Request) -> dict:
     if not isinstance(body, dict):
         raise BadRequest("JSON document must be an object")
     return body
+
+
+ADMINISTRATOR = "administrator"
+POLICYMAKER = "policymaker"
+
+
+def forbidden(reason: str) -> web.HTTPForbidden:
+    """RabbitMQ's 403 body."""
+    return web.HTTPForbidden(text=json.dumps({"error": "not_authorised", "reason": reason}),
+                             content_type="application/json")
+
+
+def require_admin(request: web.Request) -> None:
+    if ADMINISTRATOR not in request[USER_KEY].tags:
+        raise forbidden("Not administrator user")

@@ -58,21 +58,28 @@ class Properties:
                 if getattr(self, f.name) is not None}
 
 
-def decode_properties(raw: bytes) -> Properties:
-    """Decode property flags and values (the part of a content header after
-    class, weight and body size)."""
+def _property_flags(raw: bytes) -> tuple[int, int]:
+    """(the first flag word, where the values start).  Continuation words
+    exist in the grammar but no 0-9-1 property uses them; they are skipped."""
     if len(raw) < 2:
         raise ValueError("content header properties truncated")
     (flags,) = _U16.unpack_from(raw, 0)
     offset = 2
+    last = flags
+    while last & 1:
+        if offset + 2 > len(raw):
+            raise ValueError("content header property flags truncated")
+        (last,) = _U16.unpack_from(raw, offset)
+        offset += 2
+    return flags, offset
+
+
+def decode_properties(raw: bytes) -> Properties:
+    """Decode property flags and values (the part of a content header after
+    class, weight and body size)."""
+    flags, offset = _property_flags(raw)
     props = Properties()
     try:
-        # Continuation flag words exist in the grammar but no 0-9-1 property
-        # uses them; skip any that a peer sends.
-        last = flags
-        while last & 1:
-            (last,) = _U16.unpack_from(raw, offset)
-            offset += 2
         for name, bit, kind in PROPERTY_SPEC:
             if not flags & bit:
                 continue
@@ -105,16 +112,7 @@ def check_properties(raw: bytes) -> None:
     `raw`: what a publish must pass before the broker keeps its header
     undecoded (the headers table itself is decoded at publish)."""
     size = len(raw)
-    if size < 2:
-        raise ValueError("content header properties truncated")
-    (flags,) = _U16.unpack_from(raw, 0)
-    offset = 2
-    last = flags
-    while last & 1:
-        if offset + 2 > size:
-            raise ValueError("content header property flags truncated")
-        (last,) = _U16.unpack_from(raw, offset)
-        offset += 2
+    flags, offset = _property_flags(raw)
     for name, bit, kind in PROPERTY_SPEC:
         if not flags & bit:
             continue
