@@ -13,7 +13,8 @@ inputs, to one that has not).  After each input, it must hold that:
   - no exception escaped the connection, and its catch-all for bugs
     (internal error, 541) was never taken;
   - everything the broker wrote parses as whole AMQP frames;
-  - the connection released all it held (no consumers, no exclusive queues).
+  - the connection released all it held, and every 1000 inputs a polite
+    client on the same broker still publishes and gets its message.
 
 With --socket the inputs go to a broker on a loopback port; afterwards its
 connection and task counts must be back where they started and a pika
@@ -131,6 +132,13 @@ SEEDS: list[bytes] = [
     _m(0, spec.Connection.CloseOk()),
     pamqp_frame.marshal(Heartbeat(), 0),
 ]
+
+# A polite client's turn: its own queue, a publish and a get that must
+# return the body "bystander".
+BYSTANDER = (_m(1, spec.Queue.Declare(queue="bystander.q", exclusive=True))
+             + _m(1, spec.Basic.Publish(exchange="", routing_key="bystander.q"))
+             + _content(1, b"bystander")
+             + _m(1, spec.Basic.Get(queue="bystander.q", no_ack=True)))
 
 PRE_HANDSHAKE_SEEDS: list[bytes] = [
     frames.PROTOCOL_HEADER,
@@ -251,6 +259,16 @@ class SansIOFuzzer:
         logger.propagate = True
         logging.getLogger("amqp_server").setLevel(logging.NOTSET)
 
+    def bystander_problem(self) -> str | None:
+        """A well-behaved client on the same broker still declares, publishes
+        and gets its message back after whatever the inputs did."""
+        conn = Connection(self.broker)
+        conn.receive_data(OPENED + BYSTANDER)
+        out = conn.data_to_send()
+        conn.connection_lost()
+        return None if out.endswith(b"bystander" + frames.FRAME_END_BYTE) else (
+            f"a bystander's publish and get failed: {out[-200:]!r}")
+
     def run_one(self, opened: bool, pieces: list[bytes]) -> str | None:
         self.inputs += 1
         if self.inputs % BROKER_LIFETIME == 0:
@@ -357,8 +375,10 @@ def run_sansio(count: int, seconds: float, seed: int) -> tuple[int, list[str]]:
         while fuzzer.inputs < count and time.monotonic() < deadline:
             opened, data = make_input(rng)
             problem = fuzzer.run_one(opened, chunks(data, rng))
+            if problem is None and fuzzer.inputs % 1000 == 0:
+                problem = fuzzer.bystander_problem()
             if problem:
-                problems.append(f"{problem} for input {data!r} (opened={opened})")
+                problems.append(f"{problem} for input {data[:500]!r} (opened={opened})")
                 if len(problems) >= 10:
                     break
     finally:

@@ -60,3 +60,10 @@ def test_seeds_are_valid_on_their_own(fuzzer):
     rng = random.Random(7)
     for seed in SEEDS:
         assert fuzzer.run_one(True, chunks(seed, rng)) is None
+
+
+def test_a_bystander_is_not_disturbed(fuzzer):
+    rng = random.Random(3)
+    for _ in range(200):
+        fuzzer.run_one(True, chunks(mutate(b"".join(rng.choices(SEEDS, k=6)), rng), rng))
+    assert fuzzer.bystander_problem() is None
