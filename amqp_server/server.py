@@ -79,9 +79,10 @@ class AMQPProtocol(asyncio.Protocol):
         self._flush()
 
     def _update_reading(self) -> None:
-        """Read from the peer unless a resource alarm blocks it or it is not
-        reading what we send."""
-        should_read = not self.conn.blocked and self.conn.writable
+        """Read from the peer unless a resource alarm blocks it, it is not
+        reading what we send, or its refused login waits for the answer."""
+        conn = self.conn
+        should_read = not conn.blocked and conn.writable and conn.login_refusal is None
         if should_read != self._reading and self.transport is not None:
             self._reading = should_read
             if should_read:
@@ -109,7 +110,7 @@ class AMQPProtocol(asyncio.Protocol):
             return
         if conn.login_refusal is not None and "refusal" not in self._timers:
             self._cancel_timers()
-            transport.pause_reading()
+            self._update_reading()
             self._timers["refusal"] = self.loop.call_later(
                 self.server.broker.config.login_failure_delay, self._send_refusal)
             return

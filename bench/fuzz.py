@@ -210,7 +210,9 @@ def chunks(data: bytes, rng: random.Random) -> list[bytes]:
 # ---- the checks -----------------------------------------------------------------------
 
 class InternalErrors(logging.Handler):
-    """Counts the connection's catch-all: a bug that cost a connection."""
+    """Counts the connection's catch-all (a bug that cost a connection) while
+    attached; everything else the broker logs is silenced, since a million
+    refusals are not worth printing."""
 
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
@@ -220,6 +222,28 @@ class InternalErrors(logging.Handler):
         if record.exc_info and not record.exc_text:
             record.exc_text = "".join(traceback.format_exception(*record.exc_info)[-3:])
         self.records.append(record)
+
+    def attach(self) -> "InternalErrors":
+        watched = logging.getLogger("amqp_server.connection")
+        watched.addHandler(self)
+        watched.setLevel(logging.ERROR)  # the catch-all logs at ERROR; refusals below
+        watched.propagate = False
+        logging.getLogger("amqp_server").setLevel(logging.CRITICAL)
+        return self
+
+    def detach(self) -> None:
+        watched = logging.getLogger("amqp_server.connection")
+        watched.removeHandler(self)
+        watched.setLevel(logging.NOTSET)
+        watched.propagate = True
+        logging.getLogger("amqp_server").setLevel(logging.NOTSET)
+
+    def problems(self) -> list[str]:
+        """The catch-all's records since the last call, as problem texts."""
+        found = [f"internal error: {record.getMessage()} {record.exc_text or ''}"
+                 for record in self.records]
+        self.records.clear()
+        return found
 
 
 def frames_problem(out: bytes) -> str | None:
@@ -243,21 +267,12 @@ class SansIOFuzzer:
     what went wrong, or None."""
 
     def __init__(self) -> None:
-        self.errors = InternalErrors()
-        logger = logging.getLogger("amqp_server.connection")
-        logger.addHandler(self.errors)
-        logger.setLevel(logging.ERROR)  # the catch-all logs at ERROR; refusals below
-        logger.propagate = False
-        logging.getLogger("amqp_server").setLevel(logging.CRITICAL)
+        self.errors = InternalErrors().attach()
         self.broker = Broker(BrokerConfig(login_failure_delay=0))
         self.inputs = 0
 
     def close(self) -> None:
-        logger = logging.getLogger("amqp_server.connection")
-        logger.removeHandler(self.errors)
-        logger.setLevel(logging.NOTSET)
-        logger.propagate = True
-        logging.getLogger("amqp_server").setLevel(logging.NOTSET)
+        self.errors.detach()
 
     def bystander_problem(self) -> str | None:
         """A well-behaved client on the same broker still declares, publishes
@@ -287,10 +302,9 @@ class SansIOFuzzer:
             conn.connection_lost()
         except Exception as exc:  # the property under test: nothing escapes
             return f"{type(exc).__name__} escaped: {exc}"
-        if self.errors.records:
-            record = self.errors.records.pop()
-            self.errors.records.clear()
-            return f"internal error: {record.getMessage()} {record.exc_text or ''}"
+        internal = self.errors.problems()
+        if internal:
+            return internal[-1]
         problem = frames_problem(b"".join(out))
         if problem:
             return problem
@@ -325,12 +339,7 @@ def run_sockets(count: int, seconds: float, seed: int) -> tuple[int, list[str]]:
     rng = random.Random(seed)
     config = BrokerConfig(port=0, management_port=0, login_failure_delay=0,
                           handshake_timeout=2000)
-    errors = InternalErrors()
-    quiet = logging.getLogger("amqp_server")
-    quiet.setLevel(logging.CRITICAL)
-    watched = logging.getLogger("amqp_server.connection")
-    watched.setLevel(logging.ERROR)
-    watched.addHandler(errors)
+    errors = InternalErrors().attach()
     done, problems = 0, []
     deadline = time.monotonic() + seconds
     try:
@@ -356,11 +365,8 @@ def run_sockets(count: int, seconds: float, seed: int) -> tuple[int, list[str]]:
                 problems.append("broker no longer delivers after the fuzz run")
             conn.close()
     finally:
-        watched.removeHandler(errors)
-        watched.setLevel(logging.NOTSET)
-        quiet.setLevel(logging.NOTSET)
-    problems.extend(f"internal error: {record.getMessage()} {record.exc_text or ''}"
-                    for record in errors.records)
+        errors.detach()
+    problems.extend(errors.problems())
     return done, problems
 
 
