@@ -80,6 +80,13 @@ class BrokerConfig:
     dead_letter_log_file_seconds: int = 3600
     dead_letter_log_retention_bytes: int = 1 << 30
     dead_letter_log_body_limit: int = 64 << 10
+    # Past this many ready messages (or body bytes) in memory, a queue pages
+    # further messages to <data_dir>/paging and reads them back as its head
+    # drains; under the memory alarm the threshold drops to
+    # paging_pressure_threshold messages.
+    paging_threshold: int = 65536
+    paging_threshold_bytes: int = 64 << 20
+    paging_pressure_threshold: int = 1024
     # [address-settings."pattern"] tables (policies/address_settings.py).
     address_settings: AddressSettings = field(default_factory=AddressSettings)
 
@@ -137,7 +144,8 @@ class BrokerConfig:
         return config
 
 
-_SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size")
+_SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size",
+              "paging_threshold_bytes")
 _MAX_MESSAGE_SIZE_LIMIT = 512 << 20
 # RabbitMQ's information units: kB/MB/GB are powers of ten, KiB/MiB/GiB of two.
 _UNITS = {"": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -60,13 +60,15 @@ class AMQPProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         conn.receive_data(data)
-        if conn.publishing and self.server.broker.alarms and not conn.blocked:
+        broker = self.server.broker
+        if conn.publishing and (broker.alarms and not conn.blocked or broker.store_busy):
             self.apply_alarm()
         self._flush()
 
     def apply_alarm(self) -> None:
         """Block a publisher while an alarm is in force, unblock it after;
-        consumers keep being served either way."""
+        consumers keep being served either way.  A busy store holds
+        publishers back the same way, without telling them."""
         conn = self.conn
         if self.transport is None or conn is None:
             return
@@ -79,10 +81,12 @@ class AMQPProtocol(asyncio.Protocol):
         self._flush()
 
     def _update_reading(self) -> None:
-        """Read from the peer unless a resource alarm blocks it, it is not
-        reading what we send, or its refused login waits for the answer."""
+        """Read from the peer unless a resource alarm blocks it, it publishes
+        while the store is behind, it is not reading what we send, or its
+        refused login waits for the answer."""
         conn = self.conn
-        should_read = not conn.blocked and conn.writable and conn.login_refusal is None
+        should_read = (not conn.blocked and conn.writable and conn.login_refusal is None
+                       and not (conn.publishing and self.server.broker.store_busy))
         if should_read != self._reading and self.transport is not None:
             self._reading = should_read
             if should_read:
@@ -129,7 +133,7 @@ class AMQPProtocol(asyncio.Protocol):
                                                          self._heartbeat)
 
     def _heartbeat(self) -> None:
-        self.conn.heartbeat_tick()
+        self.conn.heartbeat_tick(self._reading)
         self._flush()
         if not self.conn.close_after_flush:
             self._schedule_heartbeat()

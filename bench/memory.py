@@ -1,5 +1,6 @@
 """Resident memory per queued message: N 100-byte messages published to a
-queue nobody consumes, the broker's RSS growth divided by N."""
+queue nobody consumes, the broker's RSS growth divided by N; and how much
+RSS still grew over the second half (flat once a queue pages to disk)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,15 @@ async def _fill(url: str, count: int, persistent: bool) -> dict:
     await asyncio.sleep(0.5)
     sampler = RssSampler.for_url(url)
     sent = 0
+    half = None
     while sent < count:
         conn.transport.write(batch)
         sent += BATCH
         await conn.drain()
+        if half is None and sent >= count // 2:
+            await conn.wait_for_depth(queue, sent, 0.1)
+            sampler.sample()
+            half = sampler.peak
     await conn.wait_for_depth(queue, count, 0.1)
     time.sleep(1.0)  # let lazy work settle before the last sample
     sampler.sample()
@@ -39,7 +45,8 @@ async def _fill(url: str, count: int, persistent: bool) -> dict:
     await conn.close()
     growth = sampler.peak - sampler.baseline
     return {"messages": count, "rss_growth_mb": round(growth / 2**20, 1),
-            "bytes_per_message": round(growth / count)}
+            "bytes_per_message": round(growth / count),
+            "second_half_growth_mb": round((sampler.peak - half) / 2**20, 1)}
 
 
 def memory_per_message(url: str, count: int, persistent: bool) -> dict:

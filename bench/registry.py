@@ -43,10 +43,10 @@ SCENARIOS = {
         what="persistent 1 KB messages to a durable queue, confirms, 10 publishers"),
     "memory-transient": dict(
         run=lambda url, scale: memory_per_message(url, int(1_000_000 * scale), False),
-        metric="bytes_per_message", better="lower",
+        metric="bytes_per_message", better="lower", extra=("second_half_growth_mb",),
         what="RSS growth per queued 100-byte transient message, 1M queued"),
     "memory-persistent": dict(
         run=lambda url, scale: memory_per_message(url, int(1_000_000 * scale), True),
-        metric="bytes_per_message", better="lower",
+        metric="bytes_per_message", better="lower", extra=("second_half_growth_mb",),
         what="RSS growth per queued 100-byte persistent message, 1M queued"),
 }

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pika
 import pytest
@@ -80,8 +81,20 @@ def data_dir():
 
 @pytest.mark.parametrize("round_", range(4))
 def test_confirmed_messages_survive_kill_9(data_dir, round_):
-    rng = random.Random(round_)
-    broker = BrokerProcess(data_dir)
+    crash_round(data_dir, random.Random(round_))
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_confirmed_messages_survive_kill_9_while_paged(data_dir, round_):
+    """The same with a queue mostly paged out (threshold 50 messages),
+    before the crash and again while it is recovered."""
+    config = Path(data_dir, "paging.toml")
+    config.write_text("paging_threshold = 50\n")
+    crash_round(data_dir, random.Random(100 + round_), str(config))
+
+
+def crash_round(data_dir: str, rng: random.Random, config: str | None = None) -> None:
+    broker = BrokerProcess(data_dir, config)
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     channel = conn.channel()
     channel.queue_declare(QUEUE, durable=True)
@@ -104,7 +117,7 @@ def test_confirmed_messages_survive_kill_9(data_dir, round_):
     for thread in threads:
         thread.join(10)
 
-    broker = BrokerProcess(data_dir)
+    broker = BrokerProcess(data_dir, config)
     try:
         got = drain(broker.url)
     finally:

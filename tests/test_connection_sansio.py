@@ -100,6 +100,16 @@ def test_heartbeat_tick_sends_and_drops():
     assert conn.close_after_flush
 
 
+def test_silence_while_not_read_from_is_not_the_peers():
+    """Reading paused (a busy store, a full write buffer): the peer's
+    heartbeats wait in the socket, so its silence does not count."""
+    conn = open_connection(Broker(BrokerConfig()))
+    conn.heartbeat = 10
+    for _ in range(10):
+        conn.heartbeat_tick(reading=False)
+    assert not conn.close_after_flush
+
+
 def test_oversized_body_frame_in_one_read_is_a_frame_error():
     # publish, header and body in one read take the fused fast path, which
     # must still enforce frame_max

@@ -243,3 +243,29 @@ def test_max_redelivery_records_stops_count_records(tmp_path):
     assert store.count_delivery("/", "q", entry) == 0
     store.returned("/", "q", entry, None)
     assert store.log._buffer == []
+
+
+def test_a_write_backlog_reports_congestion_until_the_writer_catches_up(tmp_path):
+    import asyncio
+
+    from amqp_server.storage.segments import SegmentLog
+
+    async def scenario():
+        seen = []
+        log = SegmentLog(tmp_path)
+        log.start_after([])
+        log.attach(asyncio.get_running_loop())
+        log.backlog_high, log.backlog_low = 1000, 500
+        log.on_congestion = seen.append
+        for n in range(30):
+            log.append(["E", n, b"x" * 100], 100)
+        assert seen == [True]
+        for _ in range(200):
+            if len(seen) > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == [True, False] and not log.congested
+        await log.drain()
+        log.close()
+
+    asyncio.run(scenario())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from ..management import definitions
 from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definitions import DefinitionStore
 from ..storage.message_store import MessageStore
+from ..storage.paging import Paging
 from ..storage.recovery import restore_messages
 from . import resources
 from .permissions import NONE, Permission
@@ -39,10 +41,14 @@ class Broker:
     # Set by open_data_dir: without them the broker keeps nothing on disk.
     definitions: DefinitionStore | None = None
     store: MessageStore | None = None
+    paging: Paging | None = None
     dead_letter_log: DeadLetterLog | None = None
     # Resource alarms in force ("disk", "memory"); the shell watches them.
     alarms: set = field(default_factory=set)
     on_alarm: Callable[[], None] = lambda: None
+    # The message store is behind its writes: publishers are not read
+    # (silently, as RabbitMQ's flow control) until it catches up.
+    store_busy: bool = False
 
     def __post_init__(self) -> None:
         if not self.vhosts:
@@ -140,7 +146,27 @@ class Broker:
         else:
             self.alarms.discard(resource)
             log.warning("%s alarm cleared", resource)
+        if resource == "memory" and self.paging is not None:
+            self._page_under_pressure(raised)
         self.on_alarm()
+
+    def _store_congested(self, congested: bool) -> None:
+        self.store_busy = congested
+        self.on_alarm()
+
+    def _page_under_pressure(self, raised: bool) -> None:
+        """Memory is short: queues keep fewer messages in memory, and those
+        past the lower threshold go to disk now (transient ones too)."""
+        if not self.paging.set_pressure(raised):
+            return
+        paged = 0
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                queue.attach_paging(self.paging)
+                if raised:
+                    paged += queue.page_out_tail()
+        if paged:
+            log.warning("memory alarm: %d messages paged to disk", paged)
 
     def sweep(self, now: float | None = None) -> int:
         """The expiry reaper: expired messages anywhere in any queue die now,
@@ -172,11 +198,23 @@ class Broker:
             config.dead_letter_log_body_limit)
         self.store = MessageStore(data_dir / "messages")
         self.store.max_redelivery_records = config.max_redelivery_records
-        recovered = self.store.recover()
-        problems.extend(recovered.problems)
-        problems.extend(restore_messages(self, recovered))
+        self.store.log.on_congestion = self._store_congested
+        self.paging = Paging(data_dir / "paging", max(1, config.paging_threshold),
+                             max(1, config.paging_threshold_bytes),
+                             max(1, config.paging_pressure_threshold))
         for vhost in self.vhosts.values():
             self._attach(vhost)
+        # Millions of recovered objects, none of them cyclic: collecting
+        # while they are built would only scan them again and again.
+        gc.disable()
+        try:
+            recovered = self.store.recover()
+            problems.extend(recovered.problems)
+            problems.extend(restore_messages(self, recovered))
+            del recovered
+        finally:
+            gc.enable()
+        for vhost in self.vhosts.values():
             vhost.reapply_policies()
         self.save_definitions()
         return problems
@@ -184,8 +222,10 @@ class Broker:
     def _attach(self, vhost: VirtualHost) -> None:
         vhost.on_change = self.save_definitions
         vhost.store = self.store
+        vhost.paging = self.paging
         vhost.dead_letterer.log = self.dead_letter_log
         for queue in vhost.queues.values():
+            queue.attach_paging(self.paging)
             if queue.durable:
                 queue.store = self.store
 

@@ -24,6 +24,7 @@ import bisect
 import heapq
 import itertools
 import random
+import sys
 from collections import Counter, deque
 from operator import attrgetter
 from typing import Callable
@@ -33,6 +34,7 @@ from dlx.expiry import clamp_ttl, effective_ttl
 from dlx.redelivery import DEAD, LATER, after_return
 from policies.effective import QueueSettings, resolve
 
+from ..wire.frames import shortstr
 from ..wire.table import FieldTable
 from .message import Entry, Message
 from .timers import Alarm, Timers, now_ms
@@ -94,6 +96,18 @@ class Queue:
         self.settings = None
         # The message store, for a durable queue on a broker with a data dir.
         self.store = None
+        # Paging (storage/paging.py): past page_limit messages or
+        # page_bytes_limit body bytes in memory, further messages wait in
+        # `pages` and nothing of them stays in memory.  Every paged entry's
+        # seq is at least `paged_from`, and nothing out of the page file
+        # (ready, delayed or delivered) has one that high.
+        self.paging = None
+        self.page_limit = self.page_bytes_limit = sys.maxsize
+        self.pages = None
+        self.paged_count = 0
+        self.paged_bytes = 0
+        self.paged_from = 0
+        self.paged_segments: Counter = Counter()  # store segment -> paged entries in it
         # (effective settings, user policy, operator policy) from the vhost
         settings, self.policy, self.operator_policy = settings or (
             resolve(self.arguments), None, None)
@@ -124,7 +138,8 @@ class Queue:
 
     @property
     def message_count(self) -> int:
-        return len(self.ready)
+        """Ready messages, in memory and paged."""
+        return len(self.ready) + self.paged_count
 
     @property
     def consumer_count(self) -> int:
@@ -155,8 +170,7 @@ class Queue:
                         return ACCEPTED
             # Messages already waiting mean no consumer has room: whatever
             # frees room (ack, qos, flow, a flushed socket) dispatches.
-            self.ready.append(entry)
-            self.ready_bytes += len(message.body)
+            self._append(entry, len(message.body))
             return ACCEPTED
         return self._enqueue_checked(message)
 
@@ -164,7 +178,7 @@ class Queue:
         settings = self.settings
         if settings.has_length_limit:
             verdict = limits.publish_verdict(
-                settings.overflow, len(self.ready) + len(self.dlx_pending), self.ready_bytes,
+                settings.overflow, self.message_count + len(self.dlx_pending), self.ready_bytes,
                 len(message.body), settings.max_length, settings.max_length_bytes)
             if verdict != limits.ACCEPT:
                 self.stats["rejected_publishes"] += 1
@@ -185,8 +199,7 @@ class Queue:
         self.next_seq += 1
         self.published += 1
         was_empty = not self.ready
-        self.ready.append(entry)
-        self.ready_bytes += len(message.body)
+        self._append(entry, len(message.body))
         if self.consumers and was_empty:
             # A consumer waiting for it gets it even with a TTL of 0
             # (RabbitMQ's attempt_delivery comes before any expiry check).
@@ -200,8 +213,8 @@ class Queue:
     def _drop_head(self) -> None:
         settings = self.settings
         dropped = []
-        while self.ready and limits.over_limit(
-                len(self.ready) + len(self.dlx_pending), self.ready_bytes,
+        while self.message_count and limits.over_limit(
+                self.message_count + len(self.dlx_pending), self.ready_bytes,
                 settings.max_length, settings.max_length_bytes):
             dropped.append(self._pop())
         if dropped:
@@ -211,6 +224,8 @@ class Queue:
     def _pop(self) -> Entry:
         entry = self.ready.popleft()
         self.ready_bytes -= len(entry.message.body)
+        if not self.ready and self.paged_count:
+            self._page_in()  # an empty head means nothing is paged (the fast path relies on it)
         return entry
 
     def _persist(self, entry: Entry, message: Message) -> None:
@@ -222,6 +237,116 @@ class Queue:
         """Entries left for good: the store drops them too."""
         if self.store is not None:
             self.store.remove(self.vhost, self.name, entries)
+
+    # ---- paging --------------------------------------------------------
+
+    def attach_paging(self, paging) -> None:
+        self.paging = paging
+        self.page_limit = paging.limit
+        self.page_bytes_limit = paging.bytes_limit
+
+    @property
+    def pages_next(self) -> bool:
+        """A message joining the tail now is paged: the queue is past its
+        threshold, or (to keep the order) something is paged already."""
+        return bool(self.paged_count or len(self.ready) >= self.page_limit
+                    or self.ready_bytes >= self.page_bytes_limit)
+
+    def _append(self, entry: Entry, size: int) -> None:
+        if self.pages_next:
+            self._page_out(entry)
+        else:
+            self.ready.append(entry)
+        self.ready_bytes += size
+
+    def _page_out(self, entry: Entry) -> None:
+        # A quorum delivery copy is rebuilt from its original when paged in.
+        message = entry.message.origin or entry.message
+        keys = message.routing_keys
+        self.page_record([
+            entry.seq, entry.redelivered, entry.deadline, entry.returns, entry.segment,
+            message.exchange, message.routing_key, message.header, message.body,
+            list(keys) if keys != (message.routing_key,) else None,
+            list(message.bcc) or None])
+
+    def page_record(self, record: list) -> None:
+        """Append one entry, as [seq, redelivered, deadline, returns,
+        segment, exchange, routing key, header, body, routing keys or None,
+        bcc or None], to the paged tail (also recovery's way in)."""
+        if self.pages is None:
+            self.pages = self.paging.open()
+        if not self.paged_count:
+            self.paged_from = record[0]
+        self.pages.append(record)
+        self.paged_count += 1
+        self.paged_bytes += len(record[8])
+        if record[4] is not None:
+            self.paged_segments[record[4]] += 1
+
+    def _page_in(self) -> None:
+        """The next paged messages join the in-memory head, up to half the
+        threshold (in messages and in bytes)."""
+        ready = self.ready
+        room = max(1, (self.page_limit >> 1) - len(ready))
+        byte_room = max(1, self.page_bytes_limit >> 1)
+        routes: dict[tuple, tuple] = {}
+        while room > 0 and byte_room > 0 and self.paged_count:
+            records = self.pages.read(min(room, 256))
+            if not records:
+                break
+            for (seq, redelivered, deadline, returns, segment, exchange, routing_key,
+                 header, body, keys, bcc) in records:
+                shared = routes.get((exchange, routing_key))
+                if shared is None:
+                    shared = routes[(exchange, routing_key)] = (
+                        shortstr(exchange) + shortstr(routing_key), (routing_key,))
+                message = Message(exchange, routing_key, shared[0], header, body,
+                                  tuple(keys) if keys else shared[1])
+                if bcc:
+                    message.bcc = tuple(bcc)
+                entry = Entry(seq, message)
+                entry.redelivered = redelivered
+                entry.deadline = deadline
+                entry.returns = returns
+                entry.segment = segment
+                if returns and self.is_quorum:
+                    entry.message = message.with_delivery_count(returns)
+                if segment is not None:
+                    self.paged_segments[segment] -= 1
+                ready.append(entry)
+                self.paged_count -= 1
+                self.paged_bytes -= len(body)
+                self.paged_from = seq + 1
+                room -= 1
+                byte_room -= len(body)
+        if not self.paged_count:
+            self._drop_pages()
+
+    def page_out_tail(self) -> int:
+        """Memory is short: a classic queue's in-memory tail past the
+        threshold goes to disk.  Only while nothing is paged yet (the page
+        file is read in order) and only where the head is in seq order
+        (quorum queues put returned messages at the head)."""
+        ready = self.ready
+        if self.paged_count or self.is_quorum or self.paging is None:
+            return 0
+        keep = self.page_limit
+        count = len(ready) - keep
+        if count <= 0:
+            return 0
+        if any(item[2].seq >= ready[keep].seq for item in self.scheduled):
+            return 0  # a recovered delayed message is newer than the tail
+        tail = [ready.pop() for _ in range(count)]
+        for entry in reversed(tail):
+            self._page_out(entry)
+        return count
+
+    def _drop_pages(self) -> None:
+        """Nothing is paged any more: the page file goes."""
+        if self.pages is not None:
+            self.pages.clear()
+        self.paged_count = self.paged_bytes = 0
+        self.paged_segments.clear()
 
     # ---- leaving -------------------------------------------------------
 
@@ -240,7 +365,11 @@ class Queue:
         ready = self.ready
         consumers = self.consumers
         misses = 0
-        while ready and consumers and misses < len(consumers):
+        while consumers and misses < len(consumers):
+            if not ready:
+                if not self.paged_count:
+                    break
+                self._page_in()
             consumer = consumers[0]
             consumers.rotate(-1)
             if consumer.can_take():
@@ -257,6 +386,8 @@ class Queue:
                 misses = 0
             else:
                 misses += 1
+        if self.paged_count and len(ready) < self.page_limit >> 1:
+            self._page_in()  # the next batch, before consumers run dry
 
     def take_one(self) -> Entry | None:
         """basic.get: the head message, counted as delivered."""
@@ -264,7 +395,7 @@ class Queue:
             self.touch()
         if not self.plain or self.saw_message_ttl:
             self.expire(now_ms())
-        if not self.ready:
+        if not self.message_count:
             return None
         entry = self._pop()
         self.unacked += 1
@@ -377,7 +508,11 @@ class Queue:
             # In chunks, so a mass expiry never holds every original and
             # every dead letter in memory at once.
             expired = []
-            while ready and len(expired) < 1024:
+            while len(expired) < 1024:
+                if not ready:
+                    if not self.paged_count:
+                        break
+                    self._page_in()
                 deadline = ready[0].deadline
                 if deadline is None or now < deadline:
                     break
@@ -407,6 +542,8 @@ class Queue:
             gone = {id(e) for e in expired}
             self.ready = deque(e for e in self.ready if id(e) not in gone)
             self.ready_bytes -= sum(len(e.message.body) for e in expired)
+            if not self.ready and self.paged_count:
+                self._page_in()
             self._died_expired(expired)
         return count + len(expired)
 
@@ -482,9 +619,12 @@ class Queue:
 
     def purge(self) -> int:
         """Ready and delayed messages go (those out for delivery stay)."""
-        count = len(self.ready) + len(self.scheduled)
+        count = self.message_count + len(self.scheduled)
         self._forget(self.ready)
         self._forget(self.waiting)
+        if self.paged_count and self.store is not None:
+            self.store.drop_from(self.vhost, self.name, self.paged_from, self.paged_segments)
+        self._drop_pages()
         self.ready.clear()
         self.scheduled.clear()
         self.ready_bytes = 0
@@ -494,7 +634,8 @@ class Queue:
         """Deleted: stop timers.  Its messages are not dead-lettered."""
         if self.store is not None:
             self.store.drop_below(self.vhost, self.name, self.next_seq,
-                                  [*self.ready, *self.waiting])
+                                  [*self.ready, *self.waiting], self.paged_segments)
+        self._drop_pages()
         self.deleted = True
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()

@@ -127,6 +127,7 @@ class VirtualHost:
         # Durability, set by the broker once it has a data directory.
         self.on_change = lambda: None  # a durable definition changed
         self.store = None
+        self.paging = None
         self.dead_letterer = DeadLetterer(self)
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
@@ -284,6 +285,8 @@ class VirtualHost:
                       self._queue_settings(name, queue_type, arguments), self.timers)
         queue.dead_letter_sink = self.dead_letter
         queue.on_unused = self.remove_queue
+        if self.paging is not None:
+            queue.attach_paging(self.paging)
         self.queues[name] = queue
         queue.touch()
         if queue.durable:
@@ -323,7 +326,7 @@ class VirtualHost:
         what = resource_name("queue", queue.name, self.name)
         if if_unused and queue.consumers:
             raise precondition_failed(f"{what} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.message_count:
             raise precondition_failed(f"{what} not empty")
         return self.remove_queue(queue)
 

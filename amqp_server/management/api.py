@@ -146,7 +146,7 @@ def _vhosts(request: web.Request) -> list:
 async def overview(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
-    ready = sum(len(q.ready) for q in queues)
+    ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked for q in queues)
     conns = list(broker.connections)
     return web.json_response({
@@ -187,7 +187,7 @@ async def get_vhost(request: web.Request) -> web.Response:
 
 
 def _vhost_json(vhost) -> dict:
-    ready = sum(len(q.ready) for q in vhost.queues.values())
+    ready = sum(q.message_count for q in vhost.queues.values())
     unacked = sum(q.unacked for q in vhost.queues.values())
     return {"name": vhost.name, "tracing": False, "messages": ready + unacked,
             "messages_ready": ready, "messages_unacknowledged": unacked}

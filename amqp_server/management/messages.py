@@ -33,7 +33,7 @@ def get(queue, count: int, ackmode: str, encoding: str, truncate) -> list[dict]:
         if entry is None:
             break
         taken.append(entry)
-        shown.append(_message_json(entry, len(queue.ready), encoding, limit))
+        shown.append(_message_json(entry, queue.message_count, encoding, limit))
     if ackmode.endswith("requeue_true"):
         queue.requeue(taken)
     elif ackmode == "ack_requeue_false":

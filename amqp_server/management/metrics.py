@@ -32,7 +32,7 @@ def render(broker) -> str:
         for queue in vhost.queues.values():
             base = {"vhost": vhost.name, "queue": queue.name}
             label = _labels(**base)
-            samples["amqp_queue_messages_ready"].append(f"{label} {len(queue.ready)}")
+            samples["amqp_queue_messages_ready"].append(f"{label} {queue.message_count}")
             samples["amqp_queue_messages_unacked"].append(f"{label} {queue.unacked}")
             samples["amqp_queue_consumers"].append(f"{label} {len(queue.consumers)}")
             samples["amqp_queue_messages_published_total"].append(f"{label} {queue.published}")

@@ -75,12 +75,16 @@ def queue_json(queue) -> dict:
         "type": queue.settings.queue_type,
         "node": NODE,
         "state": "running",
-        "messages": len(queue.ready) + queue.unacked + len(queue.scheduled),
-        "messages_ready": len(queue.ready),
+        "messages": queue.message_count + queue.unacked + len(queue.scheduled),
+        "messages_ready": queue.message_count,
         "messages_unacknowledged": queue.unacked,
         # Held back by a redelivery delay (Artemis's scheduled count).
         "messages_delayed": len(queue.scheduled),
         "message_bytes_ready": queue.ready_bytes,
+        # RabbitMQ's names for where ready messages are: memory or paged out.
+        "messages_ram": len(queue.ready),
+        "messages_paged_out": queue.paged_count,
+        "message_bytes_paged_out": queue.paged_bytes,
         "consumers": len(queue.consumers),
         "policy": policy.name if policy else None,
         "operator_policy": operator.name if operator else None,

@@ -394,7 +394,7 @@ class Channel:
             self.unacked[tag] = (queue, entry, None)
         message = entry.message
         data = frames.get_ok(
-            self.number, tag, entry.redelivered, message.route, len(queue.ready),
+            self.number, tag, entry.redelivered, message.route, queue.message_count,
             message.header, message.body, self.conn.frame_max)
         if self.count_before_delivery:
             self._write_counted(queue, entry, data)

@@ -576,12 +576,13 @@ class Connection:
 
     # ---- heartbeats and shutdown ---------------------------------------
 
-    def heartbeat_tick(self) -> None:
-        """Called every heartbeat/2 seconds by the shell."""
+    def heartbeat_tick(self, reading: bool = True) -> None:
+        """Called every heartbeat/2 seconds by the shell, which says whether
+        it reads from the peer."""
         if self.state == CLOSED or not self.heartbeat:
             return
-        if self._received_since_tick or self.blocked:
-            # A blocked connection is not read from: its silence is ours.
+        if self._received_since_tick or self.blocked or not reading:
+            # A connection we do not read from: its silence is ours.
             self._silent_ticks = 0
         else:
             self._silent_ticks += 1

@@ -5,7 +5,9 @@ Records (msgpack lists, the first item says what it is):
    bcc, deadline]                       a message entered a queue
   ["R", vhost, queue, [seq, ...]]       entries left for good (ack, death, drop)
   ["D", vhost, queue, [seq, ...]]       entries were delivered (for redelivered=true)
-  ["P", vhost, queue, upto]             every entry below `upto` left (purge, delete)
+  ["P", vhost, queue, upto]             every entry below `upto` left (delete)
+  ["T", vhost, queue, start]            every entry from `start` on left (a purged
+                                        paged tail, whose seqs are not in memory)
   ["C", vhost, queue, [[seq, deliveries, due], ...]]
                                         delivery counts, and when a delayed
                                         redelivery is due (ms, or None)
@@ -18,7 +20,7 @@ its entry (`generation`), never for a fixed interval.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,6 +125,11 @@ class MessageStore:
                 if entries:
                     for seq in [s for s in entries if s < record[3]]:
                         del entries[seq]
+            elif kind == "T":
+                entries = queues.get(key)
+                if entries:
+                    for seq in [s for s in entries if s >= record[3]]:
+                        del entries[seq]
         except (IndexError, TypeError, ValueError) as exc:
             log.warning("message store: skipping malformed record %r: %s", record[:3], exc)
 
@@ -181,15 +188,30 @@ class MessageStore:
         record = ["C", vhost, queue, [[entry.seq, deliveries, None]]]
         return self.log.append(record, len(queue) + 32)[1]
 
-    def drop_below(self, vhost: str, queue: str, upto: int, entries) -> None:
-        """Purge or delete: every entry below `upto` is gone."""
+    def drop_below(self, vhost: str, queue: str, upto: int, entries,
+                   paged: Counter | None = None) -> None:
+        """Delete: every entry below `upto` is gone; `entries` are those in
+        memory, `paged` counts the paged-out ones per segment."""
         live = [entry for entry in entries if entry.segment is not None]
-        if not live:
+        if not live and not paged:
             return
         self.log.append(["P", vhost, queue, upto], len(queue) + 24)
         for entry in live:
             self.log.release(entry.segment)
             entry.segment = None
+        self._release_paged(paged)
+
+    def drop_from(self, vhost: str, queue: str, start: int, paged: Counter) -> None:
+        """Purge of a paged tail: every entry from `start` on is gone."""
+        if not +paged:
+            return
+        self.log.append(["T", vhost, queue, start], len(queue) + 24)
+        self._release_paged(paged)
+
+    def _release_paged(self, paged: Counter | None) -> None:
+        for segment, count in (paged or {}).items():
+            if count:
+                self.log.release(segment, count)
 
     def _emit_batched(self) -> None:
         for kind, table in (("D", self._delivered), ("R", self._removed)):

@@ -1,6 +1,7 @@
 """Putting recovered persistent messages back into their durable queues,
 in their original order; those that were delivered and not acknowledged
-come back with redelivered=true."""
+come back with redelivered=true.  Past a queue's paging threshold they go
+straight to its page file, never becoming objects in memory."""
 
 from __future__ import annotations
 
@@ -30,7 +31,23 @@ def restore_messages(broker, recovered) -> list[str]:
                             f"'{queue_name}' in vhost '{vhost_name}' dropped")
             store.drop_below(vhost_name, queue_name, stored[-1].seq + 1, stored)
             continue
+        # Paging starts only after the newest delayed message, so nothing
+        # held in memory is newer than a paged one.
+        late = max((item.seq for item in stored if item.due is not None and item.due > now),
+                   default=-1)
         for item in stored:
+            # A counted delivery before the crash is a delivery that failed.
+            redelivered = item.delivered or item.deliveries > 0
+            if item.deadline is not None:
+                queue.saw_message_ttl = True
+            if item.seq > late and queue.pages_next:
+                queue.page_record([
+                    item.seq, redelivered, item.deadline, item.deliveries, item.segment,
+                    item.exchange, item.routing_key, item.header, item.body,
+                    list(item.routing_keys) if item.routing_keys else None,
+                    list(item.bcc) if item.bcc else None])
+                queue.ready_bytes += len(item.body)
+                continue
             # Messages routed alike share their route and header objects,
             # as they did before the restart.
             route_key = (item.exchange, item.routing_key)
@@ -46,13 +63,10 @@ def restore_messages(broker, recovered) -> list[str]:
             if item.bcc:
                 message.bcc = item.bcc
             entry = Entry(item.seq, message)
-            # A counted delivery before the crash is a delivery that failed.
-            entry.redelivered = item.delivered or item.deliveries > 0
+            entry.redelivered = redelivered
             entry.returns = item.deliveries
             entry.deadline = item.deadline
             entry.segment = item.segment
-            if item.deadline is not None:
-                queue.saw_message_ttl = True
             if entry.returns and queue.is_quorum:
                 entry.message = message.with_delivery_count(entry.returns)
             if item.due is not None and item.due > now:

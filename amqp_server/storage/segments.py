@@ -6,6 +6,11 @@ next flush, so one fsync covers every record written since the previous
 one, however many publishers there are.  `on_synced(generation)` tells the
 owner which appends are now on disk.
 
+Publishers can outrun the writer; past `backlog_high` bytes not yet written
+the log reports congestion (`on_congestion(True)`), and again when the
+backlog is under `backlog_low`, so the owner can stop reading publishers
+meanwhile (RabbitMQ's credit flow) instead of buffering without bound.
+
 Segments roll at a size; a segment is deleted when nothing in it is live
 any more and every older segment is gone too (removal records refer only to
 the same or older segments, so deleting from the front keeps recovery exact).
@@ -48,6 +53,12 @@ class SegmentLog:
         self._handles: dict[int, object] = {}
         # Called at the start of each flush, so the owner can add batched records.
         self.before_flush: Callable[[], None] = lambda: None
+        self.backlog_high = 32 << 20
+        self.backlog_low = 8 << 20
+        self.congested = False
+        self.on_congestion: Callable[[bool], None] = lambda congested: None
+        self._buffer_bytes = 0
+        self._inflight_bytes = 0
 
     # ---- reading at start ---------------------------------------------
 
@@ -83,6 +94,11 @@ class SegmentLog:
             self.active_size = 0
             self.segments.append(self.active)
         self.active_size += size
+        self._buffer_bytes += size
+        if (not self.congested and self._loop is not None
+                and self._buffer_bytes + self._inflight_bytes > self.backlog_high):
+            self.congested = True
+            self.on_congestion(True)
         self._buffer.append((self.active, record))
         if live:
             self.live[self.active] += live
@@ -119,11 +135,16 @@ class SegmentLog:
         generation = self.generation
         self.generation += 1
         self._flushing = True
+        self._inflight_bytes, self._buffer_bytes = self._buffer_bytes, 0
         future = self._loop.run_in_executor(self._executor, self._write, batch, doomed)
         future.add_done_callback(lambda f: self._finished(f, generation))
 
     def _finished(self, future, generation: int) -> None:
         self._flushing = False
+        self._inflight_bytes = 0
+        if self.congested and self._buffer_bytes < self.backlog_low:
+            self.congested = False
+            self.on_congestion(False)
         error = future.exception()
         if error is not None:
             # Nothing is confirmed that is not on disk; the log says why.
@@ -139,6 +160,7 @@ class SegmentLog:
         """Synchronous flush (no event loop: tools and tests)."""
         self.before_flush()
         batch, self._buffer = self._buffer, []
+        self._buffer_bytes = 0
         generation = self.generation
         self.generation += 1
         self._write(batch, self._doomed())

@@ -1,0 +1,273 @@
+"""Queue tails paged to disk, without any socket: order, counts, limits,
+expiry, purge and restart with most of a queue paged, and the page file's
+own chunking."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_server.broker.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.storage.paging import PageFile
+from amqp_server.wire.table import FieldTable
+from tests.test_queue_deaths import message
+from tests.test_storage import persistent, segment_files
+
+THRESHOLD = 10
+
+
+def open_broker(path, **config) -> Broker:
+    config.setdefault("paging_threshold", THRESHOLD)
+    broker = Broker(BrokerConfig(data_dir=str(path), **config))
+    broker.open_data_dir()
+    return broker
+
+
+def page_files(path) -> list:
+    return sorted((path / "paging").glob("*.page"))
+
+
+def drain(queue, settle: bool = True) -> list[bytes]:
+    got = []
+    while (entry := queue.take_one()) is not None:
+        got.append(entry.message.body)
+        if settle:
+            queue.settle([entry])
+    return got
+
+
+def names(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}{n}".encode() for n in range(count)]
+
+
+def fill(queue, bodies, make=message) -> None:
+    for body in bodies:
+        queue.enqueue(make(queue.name, body))
+
+
+# ---- the page file -------------------------------------------------------
+
+
+def test_page_file_reads_back_in_order_across_chunks_and_deletes_them(tmp_path):
+    pages = PageFile(tmp_path, 1, chunk_size=1000)
+    for n in range(100):
+        pages.append([n, b"x" * 50])
+    assert len(list(tmp_path.iterdir())) > 3
+    assert [r[0] for r in pages.read(30)] == list(range(30))
+    for n in range(100, 120):  # appends while reading go behind
+        pages.append([n, b"y"])
+    rest = []
+    while batch := pages.read(7):
+        rest += [r[0] for r in batch]
+    assert rest == list(range(30, 120))
+    assert len(list(tmp_path.iterdir())) == 1  # only the chunk still being written
+    pages.clear()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_paging_directory_is_wiped_at_start(tmp_path):
+    (tmp_path / "paging").mkdir()
+    (tmp_path / "paging" / "7.000000.page").write_bytes(b"left over")
+    open_broker(tmp_path)
+    assert page_files(tmp_path) == []
+
+
+# ---- a queue past its threshold ------------------------------------------
+
+
+def test_only_the_head_stays_in_memory_and_order_is_kept(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None)
+    fill(queue, names("m", 100))
+    assert (len(queue.ready), queue.paged_count, queue.message_count) == (THRESHOLD, 90, 100)
+    assert queue.ready_bytes == sum(len(b) for b in names("m", 100))
+    assert page_files(tmp_path)
+    assert drain(queue) == names("m", 100)
+    assert (queue.message_count, queue.ready_bytes) == (0, 0)
+    assert page_files(tmp_path) == []
+
+
+def test_a_byte_threshold_pages_large_messages(tmp_path):
+    broker = open_broker(tmp_path, paging_threshold_bytes=1000)
+    queue = broker.vhosts["/"].declare_queue("q", None)
+    fill(queue, [bytes([n]) * 300 for n in range(10)])
+    assert len(queue.ready) == 4 and queue.paged_count == 6
+    assert drain(queue) == [bytes([n]) * 300 for n in range(10)]
+
+
+def test_consumers_get_paged_messages_in_order(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None)
+    fill(queue, names("m", 55))
+
+    class Consumer:
+        def __init__(self):
+            self.got = []
+
+        def can_take(self):
+            return True
+
+        def take(self, queue, entry):
+            self.got.append(entry.message.body)
+
+    consumer = Consumer()
+    queue.add_consumer(consumer, exclusive=False)
+    assert consumer.got == names("m", 55)
+    fill(queue, names("n", 3))  # straight through once the queue is empty
+    assert consumer.got[55:] == names("n", 3)
+
+
+def test_a_new_message_never_overtakes_paged_ones(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None)
+    fill(queue, names("m", 20))
+    queue.settle([queue.take_one() for _ in range(THRESHOLD)])  # the head is used up
+    got = []
+    consumer = type("Consumer", (), {"can_take": lambda self: True,
+                                     "take": lambda self, q, entry: got.append(entry.message.body)})()
+    queue.consumers.append(consumer)  # registered, not yet dispatched to
+    fill(queue, [b"new"])
+    queue.dispatch()
+    assert got == names("m", 20)[THRESHOLD:] + [b"new"]
+
+
+def test_requeued_messages_return_before_the_paged_ones(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None)
+    fill(queue, names("m", 30))
+    taken = [queue.take_one() for _ in range(12)]  # past the first page-in
+    queue.requeue([taken[3], taken[11]])
+    assert drain(queue) == [b"m3", b"m11"] + names("m", 30)[12:]
+
+
+def test_max_length_counts_paged_messages_and_drops_from_the_head(tmp_path):
+    broker = open_broker(tmp_path)
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("dlq", None)
+    queue = vhost.declare_queue("q", None, arguments=FieldTable({
+        "x-max-length": 25, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+    fill(queue, names("m", 40))
+    assert queue.message_count == 25
+    assert drain(vhost.queues["dlq"]) == names("m", 15)
+    assert drain(queue) == names("m", 40)[15:]
+
+
+def test_reject_publish_counts_paged_messages(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None, arguments=FieldTable({
+        "x-max-length": 25, "x-overflow": "reject-publish"}))
+    verdicts = [queue.enqueue(message("q", body)) for body in names("m", 30)]
+    assert verdicts.count("rejected") == 5
+    assert drain(queue) == names("m", 25)
+
+
+def test_paged_messages_expire_when_they_reach_the_head(tmp_path):
+    broker = open_broker(tmp_path)
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("dlq", None)
+    queue = vhost.declare_queue("q", None, arguments=FieldTable({
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+    fill(queue, names("keep", 5))
+    fill(queue, names("short", 20), lambda key, body: message(key, body, expiration="1"))
+    fill(queue, names("late", 5))
+    assert queue.paged_count == 20
+    taken = [queue.take_one() for _ in range(5)]
+    queue.settle(taken)
+    for entry in queue.ready:  # let every deadline pass
+        entry.deadline = 0 if entry.deadline else None
+    queue.expire(float(1 << 60))
+    assert drain(vhost.queues["dlq"]) == names("short", 20)
+    assert drain(queue) == names("late", 5)
+
+
+def test_quorum_delivery_counts_survive_paging(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True, arguments=FieldTable({
+        "x-queue-type": "quorum"}))
+    fill(queue, names("m", 15), persistent)
+    taken = [queue.take_one() for _ in range(12)]
+    queue.requeue([taken[11]])  # m11 comes back once: x-delivery-count 1
+    queue.requeue(taken[:11])
+    broker.store.flush_now()
+    broker.store.close()
+
+    again = open_broker(tmp_path)
+    restored = again.vhosts["/"].queues["q"]
+    assert restored.paged_count == 5  # m11 among them, as a record
+    entries = [restored.take_one() for _ in range(15)]
+    counts = {e.message.body: e.message.headers.get("x-delivery-count") for e in entries}
+    assert counts[b"m11"] == 1 and counts[b"m3"] == 1 and counts[b"m12"] is None
+    assert restored.take_one() is None
+
+
+# ---- durable queues ------------------------------------------------------
+
+
+def test_restart_pages_recovered_messages_and_keeps_flags(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
+    fill(queue, names("m", 40), persistent)
+    first = queue.take_one()  # delivered, never acked: redelivered after the restart
+    broker.store.flush_now()
+    broker.store.close()
+
+    again = open_broker(tmp_path)
+    restored = again.vhosts["/"].queues["q"]
+    assert (len(restored.ready), restored.paged_count) == (THRESHOLD, 30)
+    entries = []
+    while (entry := restored.take_one()) is not None:
+        entries.append(entry)
+    assert [e.message.body for e in entries] == names("m", 40)
+    assert [e.redelivered for e in entries] == [True] + [False] * 39
+    assert first.message.body == b"m0"
+
+
+def test_purge_of_a_paged_queue_is_durable_and_keeps_unacked(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
+    fill(queue, names("m", 40), persistent)
+    out = [queue.take_one() for _ in range(3)]
+    assert queue.purge() == 37
+    assert page_files(tmp_path) == [] and queue.message_count == 0
+    fill(queue, names("n", 2), persistent)
+    broker.store.flush_now()
+    broker.store.close()
+
+    again = open_broker(tmp_path)
+    restored = again.vhosts["/"].queues["q"]
+    entries = [restored.take_one() for _ in range(restored.message_count)]
+    assert [e.message.body for e in entries] == [e.message.body for e in out] + names("n", 2)
+    assert [e.redelivered for e in entries] == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize("how", ["consume", "purge", "delete"])
+def test_store_segments_of_paged_messages_are_released(tmp_path, how):
+    broker = open_broker(tmp_path)
+    broker.store.log.segment_size = 300  # roll often
+    vhost = broker.vhosts["/"]
+    queue = vhost.declare_queue("q", None, durable=True)
+    fill(queue, names("m", 60), persistent)
+    broker.store.flush_now()
+    assert len(segment_files(tmp_path)) > 5 and queue.paged_count == 50
+    if how == "consume":
+        assert drain(queue) == names("m", 60)
+    elif how == "purge":
+        queue.purge()
+    else:
+        vhost.remove_queue(queue)
+    broker.store.flush_now()
+    broker.store.flush_now()
+    assert len(segment_files(tmp_path)) <= 1
+    assert all(count == 0 for count in broker.store.log.live.values())
+
+
+def test_memory_alarm_pages_transient_queues_and_lifts_with_it(tmp_path):
+    broker = open_broker(tmp_path, paging_threshold=1000, paging_pressure_threshold=5)
+    queue = broker.vhosts["/"].declare_queue("q", None)
+    fill(queue, names("m", 50))
+    assert queue.paged_count == 0
+    broker.set_alarm("memory", True)
+    assert (len(queue.ready), queue.paged_count) == (5, 45)
+    broker.set_alarm("memory", False)
+    assert queue.page_limit == 1000
+    assert drain(queue) == names("m", 50)
