@@ -259,29 +259,51 @@ class Queue:
             self.ready.append(entry)
         self.ready_bytes += size
 
+    # A paged entry is [redelivered, returns, segment, message], the message
+    # in the message store's own "E" record shape, so recovery copies a
+    # stored record into a page file without decoding it again.
+
     def _page_out(self, entry: Entry) -> None:
         # A quorum delivery copy is rebuilt from its original when paged in.
         message = entry.message.origin or entry.message
         keys = message.routing_keys
-        self.page_record([
-            entry.seq, entry.redelivered, entry.deadline, entry.returns, entry.segment,
-            message.exchange, message.routing_key, message.header, message.body,
-            list(keys) if keys != (message.routing_key,) else None,
-            list(message.bcc) or None])
+        self._pages().append([
+            entry.redelivered, entry.returns, entry.segment,
+            ["E", self.vhost, self.name, entry.seq, message.exchange, message.routing_key,
+             message.header, message.body,
+             list(keys) if keys != (message.routing_key,) else None,
+             list(message.bcc) or None, entry.deadline]])
+        self._track_paged(entry.seq, entry.segment, len(message.body))
 
-    def page_record(self, record: list) -> None:
-        """Append one entry, as [seq, redelivered, deadline, returns,
-        segment, exchange, routing key, header, body, routing keys or None,
-        bcc or None], to the paged tail (also recovery's way in)."""
+    def page_stored(self, items: list) -> None:
+        """Recovery: stored messages (storage.message_store.StoredEntry, in
+        order) join the paged tail as they were stored."""
+        # A counted delivery before the crash is a delivery that failed.
+        self._pages().append_encoded(
+            ((item.delivered or item.deliveries > 0, item.deliveries, item.segment),
+             item.payload) for item in items)
+        self.paged_segments.update(item.segment for item in items)
+        size = sum(item.body_size for item in items)
+        if any(item.deadline is not None for item in items):
+            self.saw_message_ttl = True
+        if not self.paged_count:
+            self.paged_from = items[0].seq
+        self.paged_count += len(items)
+        self.paged_bytes += size
+        self.ready_bytes += size
+
+    def _pages(self):
         if self.pages is None:
             self.pages = self.paging.open()
+        return self.pages
+
+    def _track_paged(self, seq: int, segment: int | None, size: int) -> None:
         if not self.paged_count:
-            self.paged_from = record[0]
-        self.pages.append(record)
+            self.paged_from = seq
         self.paged_count += 1
-        self.paged_bytes += len(record[8])
-        if record[4] is not None:
-            self.paged_segments[record[4]] += 1
+        self.paged_bytes += size
+        if segment is not None:
+            self.paged_segments[segment] += 1
 
     def _page_in(self) -> None:
         """The next paged messages join the in-memory head, up to half the
@@ -294,8 +316,8 @@ class Queue:
             records = self.pages.read(min(room, 256))
             if not records:
                 break
-            for (seq, redelivered, deadline, returns, segment, exchange, routing_key,
-                 header, body, keys, bcc) in records:
+            for redelivered, returns, segment, stored in records:
+                _, _, _, seq, exchange, routing_key, header, body, keys, bcc, deadline = stored
                 shared = routes.get((exchange, routing_key))
                 if shared is None:
                     shared = routes[(exchange, routing_key)] = (

@@ -32,20 +32,29 @@ from .segments import SegmentLog
 log = logging.getLogger("amqp_server.storage")
 
 
-@dataclass(slots=True)
 class StoredEntry:
-    seq: int
-    exchange: str
-    routing_key: str
-    header: bytes
-    body: bytes
-    routing_keys: tuple | None
-    bcc: tuple | None
-    deadline: float | None
-    segment: int
-    delivered: bool = False
-    deliveries: int = 0
-    due: float | None = None
+    """A recovered message: its "E" record still encoded (`payload`, a view
+    into the segment just read), so messages that go straight to a page
+    file are never decoded into objects twice."""
+
+    __slots__ = ("seq", "segment", "payload", "body_size", "deadline", "delivered",
+                 "deliveries", "due")
+
+    def __init__(self, seq: int, segment: int, payload, body_size: int,
+                 deadline: float | None) -> None:
+        self.seq = seq
+        self.segment = segment
+        self.payload = payload
+        self.body_size = body_size
+        self.deadline = deadline
+        self.delivered = False
+        self.deliveries = 0
+        self.due = None
+
+    def record(self) -> list:
+        """["E", vhost, queue, seq, exchange, routing_key, header, body,
+        routing_keys, bcc, deadline]"""
+        return records.decode_payload(self.payload)
 
 
 @dataclass
@@ -75,7 +84,8 @@ class MessageStore:
         for number, path in self.log.existing():
             numbers.append(number)
             data = path.read_bytes()
-            found, problems, good_end = records.decode_all(data)
+            payloads: list = []
+            found, problems, good_end = records.decode_all(data, payloads)
             for offset, what in problems:
                 message = f"{path.name} at offset {offset}: {what}"
                 result.problems.append(message)
@@ -83,10 +93,20 @@ class MessageStore:
             if good_end < len(data) and problems and "tail" in problems[-1][1]:
                 with open(path, "r+b") as handle:
                     handle.truncate(good_end)
-            for record in found:
-                self._replay(record, number, queues)
+            replay = self._replay
+            for record, payload in zip(found, payloads):
+                # Entries, most of the records, without a call each; a
+                # malformed one is left to _replay to report.
+                try:
+                    if record[0] == "E" and len(record) == 11:
+                        queues[(record[1], record[2])][record[3]] = StoredEntry(
+                            record[3], number, payload, len(record[7]), record[10])
+                        continue
+                except (LookupError, TypeError, ValueError):
+                    pass
+                replay(record, number, queues, payload)
         for key, entries in queues.items():
-            ordered = [entries[seq] for seq in sorted(entries)]
+            ordered = [entries[seq] for seq in sorted(_whole_numbers(entries, key))]
             result.queues[key] = ordered
             for entry in ordered:
                 self.log.live[entry.segment] += 1
@@ -94,15 +114,13 @@ class MessageStore:
         return result
 
     @staticmethod
-    def _replay(record, segment: int, queues: dict) -> None:
+    def _replay(record, segment: int, queues: dict, payload) -> None:
         try:
             kind = record[0]
             key = (record[1], record[2])
             if kind == "E":
-                _, _, _, seq, exchange, routing_key, header, body, keys, bcc, deadline = record
-                queues[key][seq] = StoredEntry(seq, exchange, routing_key, header, body,
-                                               tuple(keys) if keys else None,
-                                               tuple(bcc) if bcc else None, deadline, segment)
+                seq = record[3]
+                queues[key][seq] = StoredEntry(seq, segment, payload, len(record[7]), record[10])
             elif kind == "R":
                 entries = queues.get(key)
                 if entries:
@@ -130,7 +148,7 @@ class MessageStore:
                 if entries:
                     for seq in [s for s in entries if s >= record[3]]:
                         del entries[seq]
-        except (IndexError, TypeError, ValueError) as exc:
+        except (LookupError, TypeError, ValueError) as exc:
             log.warning("message store: skipping malformed record %r: %s", record[:3], exc)
 
     # ---- writing ---------------------------------------------------------
@@ -244,3 +262,15 @@ class MessageStore:
 
     def close(self) -> None:
         self.log.close()
+
+
+def _whole_numbers(entries: dict, key: tuple):
+    """The seqs of `entries`, leaving out (and reporting) any that is not
+    an integer, which only a malformed record can make."""
+    if all(type(seq) is int for seq in entries):
+        return entries
+    bad = [seq for seq in entries if type(seq) is not int]
+    log.warning("message store: skipping %d entries of %r with malformed seqs", len(bad), key)
+    for seq in bad:
+        del entries[seq]
+    return entries

@@ -26,6 +26,8 @@ log = logging.getLogger("amqp_server.storage")
 CHUNK_SIZE = 16 << 20
 _READ_SIZE = 1 << 20
 _MAX_RECORD = 1 << 30  # above the largest message the broker accepts
+# Encoded (redelivered, returns, segment) prefixes: few distinct ones.
+_HEADS: dict[tuple, bytes] = {}
 
 
 class Paging:
@@ -77,6 +79,23 @@ class PageFile:
         data = msgpack.packb(record, use_bin_type=True, unicode_errors="surrogateescape")
         self._writer.write(data)
         self._written += len(data)
+
+    def append_encoded(self, items) -> None:
+        """Append [*head, <encoded>] for each (head, encoded) of `items`:
+        `encoded` is already msgpack (a stored record), written as it is."""
+        heads = _HEADS
+        for head, encoded in items:
+            if self._writer is None or self._written >= self.chunk_size:
+                self._roll()
+            prefix = heads.get(head)
+            if prefix is None:
+                packed = msgpack.packb(head)
+                # `head` packs as a fixarray (0x90 | length, under 15 items):
+                # one more element, the encoded record, follows it.
+                prefix = heads[head] = bytes((packed[0] + 1,)) + packed[1:]
+            self._writer.write(prefix)
+            self._writer.write(encoded)
+            self._written += len(prefix) + len(encoded)
 
     def _roll(self) -> None:
         if self._writer is not None:

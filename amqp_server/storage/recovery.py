@@ -35,37 +35,32 @@ def restore_messages(broker, recovered) -> list[str]:
         # held in memory is newer than a paged one.
         late = max((item.seq for item in stored if item.due is not None and item.due > now),
                    default=-1)
-        for item in stored:
-            # A counted delivery before the crash is a delivery that failed.
-            redelivered = item.delivered or item.deliveries > 0
+        for index, item in enumerate(stored):
+            if item.seq > late and queue.pages_next:
+                queue.page_stored(stored[index:])  # all the rest: nothing overtakes them
+                break
             if item.deadline is not None:
                 queue.saw_message_ttl = True
-            if item.seq > late and queue.pages_next:
-                queue.page_record([
-                    item.seq, redelivered, item.deadline, item.deliveries, item.segment,
-                    item.exchange, item.routing_key, item.header, item.body,
-                    list(item.routing_keys) if item.routing_keys else None,
-                    list(item.bcc) if item.bcc else None])
-                queue.ready_bytes += len(item.body)
-                continue
+            (_, _, _, seq, exchange, routing_key, header, body, keys, bcc,
+             deadline) = item.record()
             # Messages routed alike share their route and header objects,
             # as they did before the restart.
-            route_key = (item.exchange, item.routing_key)
-            shared = routes.get(route_key)
+            shared = routes.get((exchange, routing_key))
             if shared is None:
-                shared = routes[route_key] = (
-                    item.exchange, item.routing_key,
-                    shortstr(item.exchange) + shortstr(item.routing_key), (item.routing_key,))
+                shared = routes[(exchange, routing_key)] = (
+                    exchange, routing_key, shortstr(exchange) + shortstr(routing_key),
+                    (routing_key,))
             exchange, routing_key, route, default_keys = shared
-            header = headers.setdefault(item.header, item.header)
-            message = Message(exchange, routing_key, route, header, item.body,
-                              item.routing_keys or default_keys)
-            if item.bcc:
-                message.bcc = item.bcc
-            entry = Entry(item.seq, message)
-            entry.redelivered = redelivered
+            header = headers.setdefault(header, header)
+            message = Message(exchange, routing_key, route, header, body,
+                              tuple(keys) if keys else default_keys)
+            if bcc:
+                message.bcc = tuple(bcc)
+            entry = Entry(seq, message)
+            # A counted delivery before the crash is a delivery that failed.
+            entry.redelivered = item.delivered or item.deliveries > 0
             entry.returns = item.deliveries
-            entry.deadline = item.deadline
+            entry.deadline = deadline
             entry.segment = item.segment
             if entry.returns and queue.is_quorum:
                 entry.message = message.with_delivery_count(entry.returns)
@@ -73,7 +68,7 @@ def restore_messages(broker, recovered) -> list[str]:
                 queue.hold_until(entry, item.due)
                 continue
             queue.ready.append(entry)
-            queue.ready_bytes += len(item.body)
+            queue.ready_bytes += len(body)
         queue.next_seq = max(queue.next_seq, stored[-1].seq + 1)
         log.info("recovered %d messages into queue '%s' in vhost '%s'", len(stored),
                  queue_name, vhost_name)
