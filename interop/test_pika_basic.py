@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pika
 import pytest
 from pamqp import commands as spec
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
@@ -227,6 +228,17 @@ def test_transaction_commit_and_rollback(channel):
     channel.tx_commit()
     channel.basic_recover(requeue=True)
     assert channel.basic_get("q")[0] is None
+
+
+def test_transactions_of_persistent_messages_commit_once_on_disk(broker, channel):
+    channel.queue_declare("durable-tx", durable=True)
+    channel.tx_select()
+    for n in range(50):
+        channel.basic_publish("", "durable-tx", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+        channel.tx_commit()  # answered only after the store's flush
+    store = broker.broker.store
+    assert store.synced >= store.log.generation - 1
+    assert channel.queue_declare("durable-tx", passive=True).method.message_count == 50
 
 
 def test_tx_and_confirm_do_not_mix(connection):

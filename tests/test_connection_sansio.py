@@ -11,6 +11,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.protocol.connection import OPEN, Connection
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
+from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
 
 
@@ -120,3 +121,28 @@ def test_oversized_body_frame_in_one_read_is_a_frame_error():
                       + frames.frame(3, 1, body))
     close = methods(conn.data_to_send())[-1]
     assert isinstance(close, spec.Connection.Close) and close.reply_code == 501
+
+
+def test_tx_commit_ok_waits_for_the_persistent_messages_to_reach_disk(tmp_path):
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    broker.open_data_dir()
+    conn = open_connection(broker)
+    conn.receive_data(frames.method_frame(1, make(spec.Queue.Declare, queue="q", durable=True))
+                      + frames.method_frame(1, make(spec.Queue.Declare, queue="t"))
+                      + frames.method_frame(1, make(spec.Tx.Select)))
+    conn.data_to_send()
+
+    def commit(queue: str, delivery_mode: int) -> list:
+        header = frames.content_header(2, encode_properties(
+            Properties(delivery_mode=delivery_mode)))
+        conn.receive_data(frames.method_frame(1, make(spec.Basic.Publish, routing_key=queue))
+                          + frames.frame(2, 1, header) + frames.frame(3, 1, b"hi")
+                          + frames.method_frame(1, make(spec.Tx.Commit)))
+        return methods(conn.data_to_send())
+
+    assert commit("q", 2) == []  # on disk only after the next flush
+    broker.store.flush_now()
+    assert [type(m) for m in methods(conn.data_to_send())] == [spec.Tx.CommitOk]
+    # Nothing to wait for: a transient message, or one on a transient queue.
+    assert [type(m) for m in commit("q", 1)] == [spec.Tx.CommitOk]
+    assert [type(m) for m in commit("t", 2)] == [spec.Tx.CommitOk]

@@ -636,16 +636,26 @@ class Channel:
         if self.tx is None:
             raise precondition_failed("channel is not transactional")
         actions, self.tx = self.tx, []
+        generation = 0  # the store flush that makes the persistent ones durable
         for action in actions:
             if action[0] == "publish":
-                self.publish(action[1], action[2], inspected=True)  # checked when sent
+                message = action[1]
+                self.publish(message, action[2], inspected=True)  # checked when sent
+                generation = max(generation, message.stored_gen or 0)
             elif action[0] == "ack":
                 self._settle(action[1])
             elif action[2]:
                 self._requeue(action[1])
             else:
                 self._discard(action[1])
-        self.send(make(spec.Tx.CommitOk))
+        commit_ok = frames.method_frame(self.number, make(spec.Tx.CommitOk))
+        store = self.conn.broker.store
+        if generation and (self._held or generation > store.synced):
+            # As RabbitMQ: commit-ok once the persistent messages are on disk.
+            self._held.append((generation, commit_ok))
+            store.wait(self)
+        else:
+            self.conn.write(commit_ok)
 
     def _tx_rollback(self, method) -> None:
         if self.tx is None:
