@@ -49,6 +49,9 @@ class BrokerConfig:
     # machine's RAM (or the absolute size, when set) publishers are blocked.
     vm_memory_high_watermark: float = 0.4
     vm_memory_high_watermark_absolute: int = 0
+    # Above this fraction of the watermark queues page transient messages
+    # too (RabbitMQ's key and default).
+    vm_memory_high_watermark_paging_ratio: float = 0.5
     # amqps: a second listener, on when a certificate and key are given.
     # verify_peer asks for a client certificate signed by tls_cacertfile;
     # fail_if_no_peer_cert refuses clients without one.
@@ -81,9 +84,9 @@ class BrokerConfig:
     dead_letter_log_retention_bytes: int = 1 << 30
     dead_letter_log_body_limit: int = 64 << 10
     # Past this many ready messages (or body bytes) in memory, a queue pages
-    # further messages to <data_dir>/paging and reads them back as its head
-    # drains; under the memory alarm the threshold drops to
-    # paging_pressure_threshold messages.
+    # further persistent messages to <data_dir>/paging and reads them back as
+    # its head drains; above the paging ratio of the memory watermark every
+    # message past paging_pressure_threshold is paged.
     paging_threshold: int = 65536
     paging_threshold_bytes: int = 64 << 20
     paging_pressure_threshold: int = 1024

@@ -15,6 +15,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
 from .test_management import http
+from .waiting import wait_for
 
 THRESHOLD = 100
 COUNT = 3000
@@ -27,9 +28,9 @@ def data_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def paging_broker(data_dir: str) -> BrokerThread:
-    return BrokerThread(BrokerConfig(port=0, management_port=0, paging_threshold=THRESHOLD),
-                        data_dir=data_dir)
+def paging_broker(data_dir: str, **config) -> BrokerThread:
+    return BrokerThread(BrokerConfig(port=0, management_port=0, paging_threshold=THRESHOLD,
+                                     **config), data_dir=data_dir)
 
 
 def publish(url: str, queue: str, count: int, persistent: bool) -> None:
@@ -68,10 +69,9 @@ def queue_info(broker, name: str) -> dict:
     return info
 
 
-@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "transient"])
-def test_long_queue_pages_and_comes_back_in_order(data_dir, persistent):
+def test_long_queue_pages_and_comes_back_in_order(data_dir):
     with paging_broker(data_dir) as broker:
-        publish(broker.url, "long", COUNT, persistent)
+        publish(broker.url, "long", COUNT, persistent=True)
         info = queue_info(broker, "long")
         assert info["messages_ready"] == COUNT
         assert info["messages_ram"] == THRESHOLD
@@ -81,6 +81,24 @@ def test_long_queue_pages_and_comes_back_in_order(data_dir, persistent):
         assert [n for _, n, _ in got] == list(range(COUNT))
         assert [body for body, _, _ in got] == [f"long:{n}".encode() for n in range(COUNT)]
         assert queue_info(broker, "long")["messages"] == 0
+        assert not list(Path(data_dir, "paging").glob("*.page"))
+
+
+def test_transient_messages_page_under_memory_pressure(data_dir):
+    """Transient messages stay in memory until the broker's memory passes
+    the paging ratio of its watermark (here a ratio so small that any
+    broker passes it, while the watermark itself is far away)."""
+    with paging_broker(data_dir) as broker:
+        publish(broker.url, "long", COUNT, persistent=False)
+        assert queue_info(broker, "long")["messages_paged_out"] == 0
+    with paging_broker(data_dir, vm_memory_high_watermark_paging_ratio=1e-9,
+                       paging_pressure_threshold=THRESHOLD) as broker:
+        publish(broker.url, "long", COUNT, persistent=False)
+        assert wait_for(
+            lambda: queue_info(broker, "long")["messages_paged_out"] == COUNT - THRESHOLD)
+        assert not broker.broker.alarms  # pressure, not the alarm: publishers go on
+        got = consume(broker.url, "long", COUNT)
+        assert [n for _, n, _ in got] == list(range(COUNT))
         assert not list(Path(data_dir, "paging").glob("*.page"))
 
 

@@ -40,7 +40,7 @@ def names(prefix: str, count: int) -> list[bytes]:
     return [f"{prefix}{n}".encode() for n in range(count)]
 
 
-def fill(queue, bodies, make=message) -> None:
+def fill(queue, bodies, make=persistent) -> None:
     for body in bodies:
         queue.enqueue(make(queue.name, body))
 
@@ -77,7 +77,7 @@ def test_paging_directory_is_wiped_at_start(tmp_path):
 
 def test_only_the_head_stays_in_memory_and_order_is_kept(tmp_path):
     broker = open_broker(tmp_path)
-    queue = broker.vhosts["/"].declare_queue("q", None)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, names("m", 100))
     assert (len(queue.ready), queue.paged_count, queue.message_count) == (THRESHOLD, 90, 100)
     assert queue.ready_bytes == sum(len(b) for b in names("m", 100))
@@ -89,7 +89,7 @@ def test_only_the_head_stays_in_memory_and_order_is_kept(tmp_path):
 
 def test_a_byte_threshold_pages_large_messages(tmp_path):
     broker = open_broker(tmp_path, paging_threshold_bytes=1000)
-    queue = broker.vhosts["/"].declare_queue("q", None)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, [bytes([n]) * 300 for n in range(10)])
     assert len(queue.ready) == 4 and queue.paged_count == 6
     assert drain(queue) == [bytes([n]) * 300 for n in range(10)]
@@ -97,7 +97,7 @@ def test_a_byte_threshold_pages_large_messages(tmp_path):
 
 def test_consumers_get_paged_messages_in_order(tmp_path):
     broker = open_broker(tmp_path)
-    queue = broker.vhosts["/"].declare_queue("q", None)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, names("m", 55))
 
     class Consumer:
@@ -119,7 +119,7 @@ def test_consumers_get_paged_messages_in_order(tmp_path):
 
 def test_a_new_message_never_overtakes_paged_ones(tmp_path):
     broker = open_broker(tmp_path)
-    queue = broker.vhosts["/"].declare_queue("q", None)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, names("m", 20))
     queue.settle([queue.take_one() for _ in range(THRESHOLD)])  # the head is used up
     got = []
@@ -133,7 +133,7 @@ def test_a_new_message_never_overtakes_paged_ones(tmp_path):
 
 def test_requeued_messages_return_before_the_paged_ones(tmp_path):
     broker = open_broker(tmp_path)
-    queue = broker.vhosts["/"].declare_queue("q", None)
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, names("m", 30))
     taken = [queue.take_one() for _ in range(12)]  # past the first page-in
     queue.requeue([taken[3], taken[11]])
@@ -144,7 +144,7 @@ def test_max_length_counts_paged_messages_and_drops_from_the_head(tmp_path):
     broker = open_broker(tmp_path)
     vhost = broker.vhosts["/"]
     vhost.declare_queue("dlq", None)
-    queue = vhost.declare_queue("q", None, arguments=FieldTable({
+    queue = vhost.declare_queue("q", None, durable=True, arguments=FieldTable({
         "x-max-length": 25, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
     fill(queue, names("m", 40))
     assert queue.message_count == 25
@@ -154,9 +154,9 @@ def test_max_length_counts_paged_messages_and_drops_from_the_head(tmp_path):
 
 def test_reject_publish_counts_paged_messages(tmp_path):
     broker = open_broker(tmp_path)
-    queue = broker.vhosts["/"].declare_queue("q", None, arguments=FieldTable({
+    queue = broker.vhosts["/"].declare_queue("q", None, durable=True, arguments=FieldTable({
         "x-max-length": 25, "x-overflow": "reject-publish"}))
-    verdicts = [queue.enqueue(message("q", body)) for body in names("m", 30)]
+    verdicts = [queue.enqueue(persistent("q", body)) for body in names("m", 30)]
     assert verdicts.count("rejected") == 5
     assert drain(queue) == names("m", 25)
 
@@ -165,10 +165,10 @@ def test_paged_messages_expire_when_they_reach_the_head(tmp_path):
     broker = open_broker(tmp_path)
     vhost = broker.vhosts["/"]
     vhost.declare_queue("dlq", None)
-    queue = vhost.declare_queue("q", None, arguments=FieldTable({
+    queue = vhost.declare_queue("q", None, durable=True, arguments=FieldTable({
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
     fill(queue, names("keep", 5))
-    fill(queue, names("short", 20), lambda key, body: message(key, body, expiration="1"))
+    fill(queue, names("short", 20), lambda key, body: persistent(key, body, expiration="1"))
     fill(queue, names("late", 5))
     assert queue.paged_count == 20
     taken = [queue.take_one() for _ in range(5)]
@@ -261,13 +261,15 @@ def test_store_segments_of_paged_messages_are_released(tmp_path, how):
     assert all(count == 0 for count in broker.store.log.live.values())
 
 
-def test_memory_alarm_pages_transient_queues_and_lifts_with_it(tmp_path):
-    broker = open_broker(tmp_path, paging_threshold=1000, paging_pressure_threshold=5)
+def test_transient_messages_page_only_under_memory_pressure(tmp_path):
+    broker = open_broker(tmp_path, paging_pressure_threshold=5)
     queue = broker.vhosts["/"].declare_queue("q", None)
-    fill(queue, names("m", 50))
-    assert queue.paged_count == 0
-    broker.set_alarm("memory", True)
+    fill(queue, names("m", 50), message)
+    assert queue.paged_count == 0  # past the threshold, but nothing is on disk anyway
+    broker.set_paging_pressure(True)
     assert (len(queue.ready), queue.paged_count) == (5, 45)
-    broker.set_alarm("memory", False)
-    assert queue.page_limit == 1000
-    assert drain(queue) == names("m", 50)
+    fill(queue, [b"new"], message)
+    broker.set_paging_pressure(False)
+    assert queue.transient_page_limit > 1 << 40 and queue.page_limit == THRESHOLD
+    assert drain(queue) == names("m", 50) + [b"new"]
+    assert queue.paged_count == 0

@@ -131,6 +131,9 @@ class Broker:
         used = resources.resident_memory()
         if limit and used:
             self.set_alarm("memory", used > limit)
+            if self.paging is not None:
+                self.set_paging_pressure(
+                    used > limit * config.vm_memory_high_watermark_paging_ratio)
         if self.definitions is None:
             return
         free = resources.disk_free(config.data_dir)
@@ -146,17 +149,16 @@ class Broker:
         else:
             self.alarms.discard(resource)
             log.warning("%s alarm cleared", resource)
-        if resource == "memory" and self.paging is not None:
-            self._page_under_pressure(raised)
         self.on_alarm()
 
     def _store_congested(self, congested: bool) -> None:
         self.store_busy = congested
         self.on_alarm()
 
-    def _page_under_pressure(self, raised: bool) -> None:
-        """Memory is short: queues keep fewer messages in memory, and those
-        past the lower threshold go to disk now (transient ones too)."""
+    def set_paging_pressure(self, raised: bool) -> None:
+        """Memory is getting short: queues keep fewer messages in memory,
+        and those past the lower threshold go to disk now (transient ones
+        too); when it is over, the usual thresholds return."""
         if not self.paging.set_pressure(raised):
             return
         paged = 0
@@ -166,7 +168,7 @@ class Broker:
                 if raised:
                     paged += queue.page_out_tail()
         if paged:
-            log.warning("memory alarm: %d messages paged to disk", paged)
+            log.warning("memory pressure: %d messages paged to disk", paged)
 
     def sweep(self, now: float | None = None) -> int:
         """The expiry reaper: expired messages anywhere in any queue die now,

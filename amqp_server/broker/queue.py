@@ -97,12 +97,14 @@ class Queue:
         # The message store, for a durable queue on a broker with a data dir.
         self.store = None
         # Paging (storage/paging.py): past page_limit messages or
-        # page_bytes_limit body bytes in memory, further messages wait in
-        # `pages` and nothing of them stays in memory.  Every paged entry's
-        # seq is at least `paged_from`, and nothing out of the page file
-        # (ready, delayed or delivered) has one that high.
+        # page_bytes_limit body bytes in memory (the transient_ limits for a
+        # message not in the store), further messages wait in `pages` and
+        # nothing of them stays in memory.  Every paged entry's seq is at
+        # least `paged_from`, and nothing out of the page file (ready,
+        # delayed or delivered) has one that high.
         self.paging = None
         self.page_limit = self.page_bytes_limit = sys.maxsize
+        self.transient_page_limit = self.transient_page_bytes_limit = sys.maxsize
         self.pages = None
         self.paged_count = 0
         self.paged_bytes = 0
@@ -242,18 +244,22 @@ class Queue:
 
     def attach_paging(self, paging) -> None:
         self.paging = paging
-        self.page_limit = paging.limit
-        self.page_bytes_limit = paging.bytes_limit
+        self.page_limit, self.page_bytes_limit = paging.limits(stored=True)
+        self.transient_page_limit, self.transient_page_bytes_limit = paging.limits(stored=False)
 
-    @property
-    def pages_next(self) -> bool:
+    def pages_next(self, stored: bool = True) -> bool:
         """A message joining the tail now is paged: the queue is past its
-        threshold, or (to keep the order) something is paged already."""
-        return bool(self.paged_count or len(self.ready) >= self.page_limit
-                    or self.ready_bytes >= self.page_bytes_limit)
+        threshold for such a message, or (to keep the order) something is
+        paged already."""
+        if self.paged_count:
+            return True
+        if stored:
+            return len(self.ready) >= self.page_limit or self.ready_bytes >= self.page_bytes_limit
+        return (len(self.ready) >= self.transient_page_limit
+                or self.ready_bytes >= self.transient_page_bytes_limit)
 
     def _append(self, entry: Entry, size: int) -> None:
-        if self.pages_next:
+        if self.pages_next(entry.segment is not None):
             self._page_out(entry)
         else:
             self.ready.append(entry)
@@ -346,7 +352,7 @@ class Queue:
 
     def page_out_tail(self) -> int:
         """Memory is short: a classic queue's in-memory tail past the
-        threshold goes to disk.  Only while nothing is paged yet (the page
+        (pressure) threshold goes to disk.  Only while nothing is paged yet (the page
         file is read in order) and only where the head is in seq order
         (quorum queues put returned messages at the head)."""
         ready = self.ready

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
+import sys
 from collections import deque
 from pathlib import Path
 
@@ -31,9 +32,11 @@ _HEADS: dict[tuple, bytes] = {}
 
 
 class Paging:
-    """Where queues page to and when.  `limit` messages or `bytes_limit`
-    body bytes in memory per queue; under memory pressure `pressure_limit`
-    messages, so transient queues give memory back too."""
+    """Where queues page to and when: a persistent message (on disk anyway)
+    once a queue holds `limit` messages or `bytes_limit` body bytes in
+    memory; under memory pressure any message past `pressure_limit`, so
+    transient queues give memory back too (RabbitMQ pages them at half the
+    memory watermark)."""
 
     def __init__(self, directory: str | Path, limit: int, bytes_limit: int,
                  pressure_limit: int = 1024) -> None:
@@ -41,18 +44,27 @@ class Paging:
         # Left over from the previous run: nothing in it is needed.
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.normal_limit = self.limit = limit
+        self.limit = limit
         self.bytes_limit = bytes_limit
         self.pressure_limit = min(pressure_limit, limit)
+        self.under_pressure = False
         self._ids = itertools.count(1)
 
     def open(self) -> "PageFile":
         return PageFile(self.directory, next(self._ids))
 
+    def limits(self, stored: bool) -> tuple[int, int]:
+        """(messages, body bytes) a queue keeps in memory before it pages
+        a message that is in the message store (`stored`) or is not."""
+        if self.under_pressure:
+            return self.pressure_limit, self.bytes_limit
+        if stored:
+            return self.limit, self.bytes_limit
+        return sys.maxsize, sys.maxsize
+
     def set_pressure(self, on: bool) -> bool:
-        """Memory alarm on or off; True when the limit changed."""
-        limit = self.pressure_limit if on else self.normal_limit
-        changed, self.limit = limit != self.limit, limit
+        """Memory pressure on or off; True when that is a change."""
+        changed, self.under_pressure = on != self.under_pressure, on
         return changed
 
 

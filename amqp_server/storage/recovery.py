@@ -36,7 +36,7 @@ def restore_messages(broker, recovered) -> list[str]:
         late = max((item.seq for item in stored if item.due is not None and item.due > now),
                    default=-1)
         for index, item in enumerate(stored):
-            if item.seq > late and queue.pages_next:
+            if item.seq > late and queue.pages_next():
                 queue.page_stored(stored[index:])  # all the rest: nothing overtakes them
                 break
             if item.deadline is not None:
