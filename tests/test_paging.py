@@ -10,7 +10,7 @@ from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
-from tests.test_queue_deaths import message
+from tests.test_queue_deaths import TakeAll, message
 from tests.test_storage import persistent, segment_files
 
 THRESHOLD = 10
@@ -99,18 +99,7 @@ def test_consumers_get_paged_messages_in_order(tmp_path):
     broker = open_broker(tmp_path)
     queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, names("m", 55))
-
-    class Consumer:
-        def __init__(self):
-            self.got = []
-
-        def can_take(self):
-            return True
-
-        def take(self, queue, entry):
-            self.got.append(entry.message.body)
-
-    consumer = Consumer()
+    consumer = TakeAll()
     queue.add_consumer(consumer, exclusive=False)
     assert consumer.got == names("m", 55)
     fill(queue, names("n", 3))  # straight through once the queue is empty
@@ -122,13 +111,11 @@ def test_a_new_message_never_overtakes_paged_ones(tmp_path):
     queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     fill(queue, names("m", 20))
     queue.settle([queue.take_one() for _ in range(THRESHOLD)])  # the head is used up
-    got = []
-    consumer = type("Consumer", (), {"can_take": lambda self: True,
-                                     "take": lambda self, q, entry: got.append(entry.message.body)})()
+    consumer = TakeAll()
     queue.consumers.append(consumer)  # registered, not yet dispatched to
     fill(queue, [b"new"])
     queue.dispatch()
-    assert got == names("m", 20)[THRESHOLD:] + [b"new"]
+    assert consumer.got == names("m", 20)[THRESHOLD:] + [b"new"]
 
 
 def test_requeued_messages_return_before_the_paged_ones(tmp_path):

@@ -162,7 +162,9 @@ def test_cc_and_bcc_route_at_publish_and_bcc_is_hidden(vhost):
         assert delivered.properties.headers["CC"] == ["copy"]
 
 
-class _Consumer:
+class TakeAll:
+    """A consumer with room for everything; keeps the bodies it gets."""
+
     def __init__(self):
         self.got = []
 
@@ -178,7 +180,7 @@ def test_expired_message_behind_the_head_is_never_delivered(vhost):
     publish(vhost, message("q", b"head"))
     publish(vhost, message("q", b"stale", expiration="0"))
     publish(vhost, message("q", b"fresh"))
-    consumer = _Consumer()
+    consumer = TakeAll()
     q.add_consumer(consumer, False)
     assert consumer.got == [b"head", b"fresh"]
     assert bodies(vhost.queues["dlq"]) == [b"stale"]

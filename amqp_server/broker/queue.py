@@ -352,9 +352,9 @@ class Queue:
 
     def page_out_tail(self) -> int:
         """Memory is short: a classic queue's in-memory tail past the
-        (pressure) threshold goes to disk.  Only while nothing is paged yet (the page
-        file is read in order) and only where the head is in seq order
-        (quorum queues put returned messages at the head)."""
+        (pressure) threshold goes to disk.  Only while nothing is paged
+        yet (the page file is read in order) and only where the head is in
+        seq order (quorum queues put returned messages at the head)."""
         ready = self.ready
         if self.paged_count or self.is_quorum or self.paging is None:
             return 0

@@ -211,7 +211,7 @@ class MessageStore:
         """Delete: every entry below `upto` is gone; `entries` are those in
         memory, `paged` counts the paged-out ones per segment."""
         live = [entry for entry in entries if entry.segment is not None]
-        if not live and not paged:
+        if not live and not (paged and +paged):
             return
         self.log.append(["P", vhost, queue, upto], len(queue) + 24)
         for entry in live:
