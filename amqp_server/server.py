@@ -61,8 +61,8 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         conn.receive_data(data)
         broker = self.server.broker
-        if conn.publishing and (broker.alarms and not conn.blocked or broker.store_busy):
-            self.apply_alarm()
+        if conn.publishing and self._reading and (broker.alarms or broker.store_busy):
+            self.apply_alarm()  # a new publisher, or reading resumed meanwhile
         self._flush()
 
     def apply_alarm(self) -> None:

@@ -269,3 +269,16 @@ def test_a_write_backlog_reports_congestion_until_the_writer_catches_up(tmp_path
         log.close()
 
     asyncio.run(scenario())
+
+
+def test_malformed_records_with_good_checksums_are_skipped(tmp_path):
+    """Records no writer of ours makes (a bug, not a torn write): each is
+    skipped and logged, the intact entry survives."""
+    good = ["E", "/", "q", 0, "", "q", b"h", b"body", None, None, None]
+    bad = [["E", 1], "Exxxxxxxxxxxxx", {"a": 1}, 7, ["R", "/", "q", 5],
+           ["E", "/", ["x"], 1, "", "q", b"h", b"b", None, None, None],
+           ["E", "/", "q", "seq", "", "q", b"h", b"b", None, None, None]]
+    (tmp_path / "00000001.seg").write_bytes(b"".join(records.encode(r) for r in [good, *bad]))
+    recovered = MessageStore(tmp_path).recover()
+    assert [entry.seq for entry in recovered.queues[("/", "q")]] == [0]
+    assert all(not entries for key, entries in recovered.queues.items() if key != ("/", "q"))

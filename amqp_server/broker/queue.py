@@ -279,7 +279,8 @@ class Queue:
              message.header, message.body,
              list(keys) if keys != (message.routing_key,) else None,
              list(message.bcc) or None, entry.deadline]])
-        self._track_paged(entry.seq, entry.segment, len(message.body))
+        self._track_paged(entry.seq, 1, len(message.body),
+                          () if entry.segment is None else (entry.segment,))
 
     def page_stored(self, items: list) -> None:
         """Recovery: stored messages (storage.message_store.StoredEntry, in
@@ -288,28 +289,25 @@ class Queue:
         self._pages().append_encoded(
             ((item.delivered or item.deliveries > 0, item.deliveries, item.segment),
              item.payload) for item in items)
-        self.paged_segments.update(item.segment for item in items)
         size = sum(item.body_size for item in items)
+        self._track_paged(items[0].seq, len(items), size, (item.segment for item in items))
+        self.ready_bytes += size
         if any(item.deadline is not None for item in items):
             self.saw_message_ttl = True
-        if not self.paged_count:
-            self.paged_from = items[0].seq
-        self.paged_count += len(items)
-        self.paged_bytes += size
-        self.ready_bytes += size
 
     def _pages(self):
         if self.pages is None:
             self.pages = self.paging.open()
         return self.pages
 
-    def _track_paged(self, seq: int, segment: int | None, size: int) -> None:
+    def _track_paged(self, first_seq: int, count: int, size: int, segments) -> None:
+        """`count` entries from `first_seq` on, of `size` body bytes and in
+        store `segments`, were paged."""
         if not self.paged_count:
-            self.paged_from = seq
-        self.paged_count += 1
+            self.paged_from = first_seq
+        self.paged_count += count
         self.paged_bytes += size
-        if segment is not None:
-            self.paged_segments[segment] += 1
+        self.paged_segments.update(segments)
 
     def _page_in(self) -> None:
         """The next paged messages join the in-memory head, up to half the

@@ -581,8 +581,9 @@ class Connection:
         it reads from the peer."""
         if self.state == CLOSED or not self.heartbeat:
             return
-        if self._received_since_tick or self.blocked or not reading:
-            # A connection we do not read from: its silence is ours.
+        if self._received_since_tick or not reading:
+            # A connection we do not read from (blocked, paused): its
+            # silence is ours.
             self._silent_ticks = 0
         else:
             self._silent_ticks += 1

@@ -95,16 +95,15 @@ class MessageStore:
                     handle.truncate(good_end)
             replay = self._replay
             for record, payload in zip(found, payloads):
-                # Entries, most of the records, without a call each; a
-                # malformed one is left to _replay to report.
                 try:
-                    if record[0] == "E" and len(record) == 11:
+                    if record[0] == "E":  # most records: without a call each
                         queues[(record[1], record[2])][record[3]] = StoredEntry(
                             record[3], number, payload, len(record[7]), record[10])
-                        continue
-                except (LookupError, TypeError, ValueError):
-                    pass
-                replay(record, number, queues, payload)
+                    else:
+                        replay(record, queues)
+                except (LookupError, TypeError, ValueError) as exc:
+                    log.warning("message store: skipping malformed record %r: %s",
+                                record[:3] if isinstance(record, list) else record, exc)
         for key, entries in queues.items():
             ordered = [entries[seq] for seq in sorted(_whole_numbers(entries, key))]
             result.queues[key] = ordered
@@ -114,42 +113,37 @@ class MessageStore:
         return result
 
     @staticmethod
-    def _replay(record, segment: int, queues: dict, payload) -> None:
-        try:
-            kind = record[0]
-            key = (record[1], record[2])
-            if kind == "E":
-                seq = record[3]
-                queues[key][seq] = StoredEntry(seq, segment, payload, len(record[7]), record[10])
-            elif kind == "R":
-                entries = queues.get(key)
-                if entries:
-                    for seq in record[3]:
-                        entries.pop(seq, None)
-            elif kind == "D":
-                entries = queues.get(key, {})
+    def _replay(record, queues: dict) -> None:
+        """Everything but an entry: removals, delivery marks and counts."""
+        kind = record[0]
+        key = (record[1], record[2])
+        if kind == "R":
+            entries = queues.get(key)
+            if entries:
                 for seq in record[3]:
-                    if seq in entries:
-                        entries[seq].delivered = True
-            elif kind == "C":
-                entries = queues.get(key, {})
-                for seq, deliveries, due in record[3]:
-                    stored = entries.get(seq)
-                    if stored is not None:
-                        stored.deliveries = deliveries
-                        stored.due = due
-            elif kind == "P":
-                entries = queues.get(key)
-                if entries:
-                    for seq in [s for s in entries if s < record[3]]:
-                        del entries[seq]
-            elif kind == "T":
-                entries = queues.get(key)
-                if entries:
-                    for seq in [s for s in entries if s >= record[3]]:
-                        del entries[seq]
-        except (LookupError, TypeError, ValueError) as exc:
-            log.warning("message store: skipping malformed record %r: %s", record[:3], exc)
+                    entries.pop(seq, None)
+        elif kind == "D":
+            entries = queues.get(key, {})
+            for seq in record[3]:
+                if seq in entries:
+                    entries[seq].delivered = True
+        elif kind == "C":
+            entries = queues.get(key, {})
+            for seq, deliveries, due in record[3]:
+                stored = entries.get(seq)
+                if stored is not None:
+                    stored.deliveries = deliveries
+                    stored.due = due
+        elif kind == "P":
+            entries = queues.get(key)
+            if entries:
+                for seq in [s for s in entries if s < record[3]]:
+                    del entries[seq]
+        elif kind == "T":
+            entries = queues.get(key)
+            if entries:
+                for seq in [s for s in entries if s >= record[3]]:
+                    del entries[seq]
 
     # ---- writing ---------------------------------------------------------
 
