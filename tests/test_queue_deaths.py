@@ -171,8 +171,17 @@ class TakeAll:
     def can_take(self):
         return True
 
+    def room(self):
+        return 1000
+
+    def output_room(self):
+        return 1 << 20
+
     def take(self, queue, entry):
         self.got.append(entry.message.body)
+
+    def take_many(self, queue, entries):
+        self.got.extend(entry.message.body for entry in entries)
 
 
 def test_expired_message_behind_the_head_is_never_delivered(vhost):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+from types import SimpleNamespace as Item
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -176,6 +177,28 @@ def test_hot_path_frames_equal_pamqp():
         spec.Basic.Ack(delivery_tag=99, multiple=True), 3)
     assert frames.nack_frame(3, 99, False) == pamqp_frame.marshal(
         spec.Basic.Nack(delivery_tag=99, multiple=False, requeue=False), 3)
+
+
+def test_deliver_many_equals_one_deliver_each():
+    route = frames.shortstr("ex") + frames.shortstr("rk")
+    other_route = frames.shortstr("") + frames.shortstr("q")
+    header = frames.content_header(5, b"\x00\x00")
+    typed = frames.content_header(5, b"\x80\x00\x0atext/plain")
+
+    def entry(route, header, body, redelivered=False):
+        return Item(redelivered=redelivered,
+                    message=Item(route=route, header=header, body=body))
+
+    entries = [entry(route, header, b"hello"), entry(route, header, b"world", True),
+               entry(route, typed, b"typed"), entry(other_route, typed, b"again"),
+               entry(other_route, frames.content_header(0, b"\x00\x00"), b""),
+               entry(route, frames.content_header(9000, b"\x00\x00"), b"b" * 9000),
+               entry(route, header, b"after")]
+    expected = b"".join(
+        frames.deliver(2, frames.shortstr("ctag"), tag, item.redelivered, item.message.route,
+                       item.message.header, item.message.body, 4096)
+        for tag, item in enumerate(entries, start=40))
+    assert frames.deliver_many(2, frames.shortstr("ctag"), 40, entries, 4096) == expected
 
 
 def test_bodies_split_at_frame_max():

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from itertools import islice
+from operator import itemgetter
 
 from pamqp import commands as spec
 
@@ -37,6 +39,10 @@ from .consumer import Consumer
 
 _BODY_SIZE = struct.Struct(">Q")
 _HEADER_CLASS = struct.Struct(">H")
+# Parts of the (tag, (queue, entry, consumer)) pairs that `unacked` holds.
+_RECORD = itemgetter(1)
+_ENTRY = itemgetter(1)
+_CONSUMER = itemgetter(2)
 
 
 class Channel:
@@ -257,18 +263,47 @@ class Channel:
                 if queue.enqueue(message) is REJECTED:
                     refused = True
         elif mandatory:
-            self.conn.write(frames.basic_return(
-                self.number, NO_ROUTE, "NO_ROUTE", message.route, message.header,
-                message.body, self.conn.frame_max))
+            self._return_unroutable(message)
         if self.confirm:
-            self.publish_seq += 1
-            if refused:
-                self._nacks.append(self.publish_seq)
-            elif message.stored_gen is not None:
-                self._durable_waits.append((self.publish_seq, message.stored_gen))
-            if not self._confirm_pending:
-                self._confirm_pending = True
-                self.conn.confirms_due(self)
+            self._confirm(message, refused)
+
+    def publish_run(self, messages: list, mandatory: bool) -> None:
+        """Messages published back to back with the same exchange, routing
+        key and properties: routed once, and queued together where every
+        queue they go to is plain.  The same outcome as `publish` for each."""
+        first = messages[0]
+        exchange = self._exchange_for_publish(first.exchange)
+        queues = None
+        if not first.header[HEADER_PREFIX] & INSPECT_FLAGS:
+            # No headers and no expiration: routing cannot differ between them.
+            queues = self.vhost.route(exchange, first.routing_keys, first)
+        if queues is None or not all(queue.plain for queue in queues):
+            for message in messages:
+                self.publish(message, mandatory)
+            return
+        for queue in queues:
+            queue.enqueue_run(messages)
+        if not queues and mandatory:
+            for message in messages:
+                self._return_unroutable(message)
+        if self.confirm:
+            for message in messages:
+                self._confirm(message, False)
+
+    def _return_unroutable(self, message: Message) -> None:
+        self.conn.write(frames.basic_return(
+            self.number, NO_ROUTE, "NO_ROUTE", message.route, message.header,
+            message.body, self.conn.frame_max))
+
+    def _confirm(self, message: Message, refused: bool) -> None:
+        self.publish_seq += 1
+        if refused:
+            self._nacks.append(self.publish_seq)
+        elif message.stored_gen is not None:
+            self._durable_waits.append((self.publish_seq, message.stored_gen))
+        if not self._confirm_pending:
+            self._confirm_pending = True
+            self.conn.confirms_due(self)
 
     # ---- delivering ----------------------------------------------------
 
@@ -288,6 +323,24 @@ class Channel:
         else:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+
+    def deliver_many(self, consumer: Consumer, queue, entries: list) -> None:
+        """`deliver` for several entries at once, written as one buffer."""
+        if self.count_before_delivery:
+            for entry in entries:
+                self.deliver(consumer, queue, entry)
+            return
+        tag = self.next_tag
+        count = len(entries)
+        self.next_tag = tag + count
+        self.conn.write(frames.deliver_many(self.number, consumer.tag_bytes, tag, entries,
+                                            self.conn.frame_max))
+        if consumer.no_ack:
+            queue.settle(entries)
+        else:
+            self.unacked.update(zip(range(tag, tag + count),
+                                    [(queue, entry, consumer) for entry in entries]))
+            consumer.unacked += count
 
     def _write_counted(self, queue, entry, data: bytes) -> None:
         """Artemis's persist-delivery-count-before-delivery: the frames go
@@ -410,12 +463,24 @@ class Channel:
                 return taken
             if tag not in unacked:
                 raise precondition_failed(f"unknown delivery tag {tag}")
-            tags = []
-            for current in unacked:
-                if current > tag:
-                    break
-                tags.append(current)
-            return [(t, unacked.pop(t)) for t in tags]
+            # Tags are kept in ascending order; without gaps (the usual
+            # case) the ones up to `tag` are counted without a walk.
+            first = next(iter(unacked))
+            if next(reversed(unacked)) - first + 1 == len(unacked):
+                count = tag - first + 1
+            else:
+                count = 0
+                for current in unacked:
+                    if current > tag:
+                        break
+                    count += 1
+            taken = list(islice(unacked.items(), count))
+            if count == len(unacked):
+                unacked.clear()
+            else:
+                for current, _ in taken:
+                    del unacked[current]
+            return taken
         record = unacked.pop(tag, None)
         if record is None:
             raise precondition_failed(f"unknown delivery tag {tag}")
@@ -432,6 +497,15 @@ class Channel:
             self._settle(taken)
 
     def _settle(self, taken: list[tuple[int, tuple]]) -> None:
+        records = list(map(_RECORD, taken))
+        queue, _, consumer = records[0] if records else (None, None, None)
+        if consumer is not None and list(map(_CONSUMER, records)).count(consumer) == len(records):
+            # All from one consumer (so one queue), as a multiple ack
+            # usually is: settled in one step.
+            consumer.unacked -= len(records)
+            queue.settle(list(map(_ENTRY, records)))
+            self._after_release({queue})
+            return
         by_queue: dict = {}
         for _, (queue, entry, consumer) in taken:
             if consumer is not None:

@@ -129,6 +129,10 @@ class Connection:
         self._starved = True
         return False
 
+    def output_room(self) -> int:
+        """Bytes that may still be queued for the peer before deliveries wait."""
+        return OUTPUT_HIGH_WATER - self._out_size
+
     def confirms_due(self, channel: Channel) -> None:
         if not self._confirming and not self._in_receive:
             self._wakeup()
@@ -289,8 +293,9 @@ class Connection:
     def _fused_publish(self, channel: Channel, payload: bytes, data: bytes, pos: int,
                        end_of_data: int) -> int:
         """The common case in one step: publish, header and a single body frame
-        all in this read.  Returns where the next frame starts, or 0 to let
-        the general path (which also reports every error) handle it."""
+        all in this read, with the identical publishes right after it.
+        Returns where the next frame starts, or 0 to let the general path
+        (which also reports every error) handle it."""
         self.publishing = True
         if channel._publish is not None or channel.tx is not None:
             return 0
@@ -341,9 +346,24 @@ class Connection:
             except ValueError:
                 return 0  # the slow path says what is wrong
             self._last_header = header
-        message = Message(exchange, routing_key, route, header, body, routing_keys)
+        run = [Message(exchange, routing_key, route, header, body, routing_keys)]
+        if body_size:
+            # Publishes that follow with the same method, header and body
+            # frame header differ only in their bodies: one comparison each.
+            same = data[pos - 8 - len(payload) : header_end + 8]
+            step = len(same) + body_size + 1
+            startswith = data.startswith
+            while (next_pos + step <= end_of_data and startswith(same, next_pos)
+                   and data[next_pos + step - 1] == 0xCE):
+                run.append(Message(exchange, routing_key, route, header,
+                                   data[next_pos + len(same) : next_pos + step - 1],
+                                   routing_keys))
+                next_pos += step
         try:
-            channel.publish(message, bool(bits & 1))
+            if len(run) == 1:
+                channel.publish(run[0], bool(bits & 1))
+            else:
+                channel.publish_run(run, bool(bits & 1))
         except AMQPError as error:
             if error.closes_connection:
                 raise

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from ..wire.frames import shortstr
 
+# Deliveries handed over in one batch when neither prefetch nor a global
+# limit bounds them; the connection's output limit still applies between
+# batches.
+ROOM_CEILING = 1000
+
 
 class Consumer:
     __slots__ = ("tag", "tag_bytes", "channel", "queue", "no_ack", "exclusive",
@@ -32,8 +37,28 @@ class Consumer:
                      or len(channel.unacked) < channel.global_prefetch)
                 and channel.conn.can_write())
 
+    def room(self) -> int:
+        """How many messages this consumer may take now: its prefetch window
+        (and the channel's), or ROOM_CEILING at a time without one."""
+        if not self.can_take():
+            return 0
+        room = ROOM_CEILING
+        if self.prefetch and not self.no_ack:
+            room = self.prefetch - self.unacked
+        channel = self.channel
+        if channel.global_prefetch:
+            room = min(room, channel.global_prefetch - len(channel.unacked))
+        return room
+
+    def output_room(self) -> int:
+        """Bytes of deliveries the connection may still queue for the peer."""
+        return self.channel.conn.output_room()
+
     def take(self, queue, entry) -> None:
         self.channel.deliver(self, queue, entry)
+
+    def take_many(self, queue, entries: list) -> None:
+        self.channel.deliver_many(self, queue, entries)
 
     def cancelled_by_broker(self) -> None:
         """The queue went away under this consumer (queue.delete, expiry)."""

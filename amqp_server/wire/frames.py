@@ -87,6 +87,50 @@ def deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: b
     ))
 
 
+def deliver_many(channel: int, consumer_tag: bytes, first_tag: int, entries,
+                 frame_max: int) -> bytes:
+    """basic.deliver for each queue entry (`.redelivered`, and `.message`
+    with route, header and body), delivery tags counting up from
+    `first_tag`, as one buffer: the same bytes as `deliver` for each.
+
+    Messages published back to back share their route and header objects,
+    so the frame bytes around each body and tag are built once per run."""
+    parts = []
+    add = parts.append
+    pack_tail = _DELIVER_TAIL.pack
+    tag = first_tag
+    last_route = last_header = None
+    last_size = -1
+    lead = middle = b""
+    largest = frame_max - FRAME_OVERHEAD
+    for entry in entries:
+        message = entry.message
+        route = message.route
+        header = message.header
+        body = message.body
+        size = len(body)
+        if route is not last_route or header is not last_header or size != last_size:
+            if not 0 < size <= largest:
+                add(deliver(channel, consumer_tag, tag, entry.redelivered, route, header,
+                            body, frame_max))
+                tag += 1
+                last_route = None
+                continue
+            last_route, last_header, last_size = route, header, size
+            lead = _METHOD_PREFIX.pack(FRAME_METHOD, channel,
+                                       13 + len(consumer_tag) + len(route), 60, 60) + consumer_tag
+            middle = b"".join((
+                route, _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_HEADER, channel, len(header)),
+                header, _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, size)))
+        add(lead)
+        add(pack_tail(tag, entry.redelivered))
+        add(middle)
+        add(body)
+        add(FRAME_END_BYTE)
+        tag += 1
+    return b"".join(parts)
+
+
 def get_ok(channel: int, delivery_tag: int, redelivered: bool, route: bytes,
            message_count: int, header: bytes, body: bytes, frame_max: int) -> bytes:
     size = 4 + 9 + len(route) + 4

@@ -1,0 +1,223 @@
+"""Publishes read back to back are taken as a run (routed once, queued and
+delivered together); what a client observes must be exactly what one
+publish at a time gives.  Driven in memory through the connection."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+from pamqp import commands as spec
+
+from amqp_server.broker.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.wire import frames
+from amqp_server.wire.methods import decode_method, make
+from amqp_server.wire.properties import Properties, encode_properties
+from amqp_server.wire.table import FieldTable
+
+from .test_connection_sansio import methods, open_connection, split_frames
+
+
+def publish(key: str, body: bytes, props: Properties | None = None, exchange: str = "",
+            mandatory: bool = False, channel: int = 1) -> bytes:
+    properties = encode_properties(props) if props is not None else b"\x00\x00"
+    data = (frames.method_frame(channel, make(spec.Basic.Publish, exchange=exchange,
+                                              routing_key=key, mandatory=mandatory))
+            + frames.frame(2, channel, frames.content_header(len(body), properties)))
+    return data + frames.frame(3, channel, body) if body else data
+
+
+def call(conn, channel: int, method) -> list:
+    conn.receive_data(frames.method_frame(channel, method))
+    return methods(conn.data_to_send())
+
+
+def deliveries(data: bytes) -> list[tuple]:
+    """(delivery tag, routing key, redelivered, body) for each basic.deliver."""
+    out, current, body = [], None, b""
+    for frame_type, _, payload in split_frames(data):
+        if frame_type == frames.FRAME_METHOD:
+            method = decode_method(payload)
+            if isinstance(method, spec.Basic.Deliver):
+                current, body = method, b""
+                out.append(None)
+        elif frame_type == frames.FRAME_BODY:
+            body += payload
+        if current is not None:
+            out[-1] = (current.delivery_tag, current.routing_key, current.redelivered, body)
+    return out
+
+
+def consuming(broker, queue: str, prefetch: int = 0, no_ack: bool = False, **arguments):
+    conn = open_connection(broker)
+    call(conn, 1, make(spec.Queue.Declare, queue=queue, arguments=FieldTable(arguments)))
+    if prefetch:
+        call(conn, 1, make(spec.Basic.Qos, prefetch_count=prefetch))
+    call(conn, 1, make(spec.Basic.Consume, queue=queue, consumer_tag="c", no_ack=no_ack))
+    return conn
+
+
+def test_a_run_arrives_whole_and_in_order_after_frames_that_break_it():
+    broker = Broker(BrokerConfig())
+    consumer = consuming(broker, "q", no_ack=True)
+    producer = open_connection(broker)
+    bodies = [b"%03d" % i for i in range(40)]
+    data = b"".join(publish("q", body) for body in bodies[:30])
+    data += publish("q", b"longer body")  # another size: a new run
+    data += publish("q", b"")  # no body frame at all
+    data += b"".join(publish("q", body) for body in bodies[30:])
+    # The last publish is cut in the middle of its body frame.
+    producer.receive_data(data[:-3])
+    producer.receive_data(data[-3:])
+    got = deliveries(consumer.data_to_send())
+    assert [body for _, _, _, body in got] == (
+        bodies[:30] + [b"longer body", b""] + bodies[30:])
+    assert [tag for tag, _, _, _ in got] == list(range(1, 43))
+
+
+def test_prefetch_bounds_a_run_and_acks_release_the_rest_in_batches():
+    broker = Broker(BrokerConfig())
+    consumer = consuming(broker, "q", prefetch=10)
+    producer = open_connection(broker)
+    producer.receive_data(b"".join(publish("q", b"m%d" % i) for i in range(25)))
+    assert [b for _, _, _, b in deliveries(consumer.data_to_send())] == [
+        b"m%d" % i for i in range(10)]
+    consumer.receive_data(frames.method_frame(1, make(spec.Basic.Ack, delivery_tag=4,
+                                                      multiple=True)))
+    assert [(t, b) for t, _, _, b in deliveries(consumer.data_to_send())] == [
+        (11, b"m10"), (12, b"m11"), (13, b"m12"), (14, b"m13")]
+    # A single ack leaves a gap: the multiple ack after it must walk the tags.
+    consumer.receive_data(frames.method_frame(1, make(spec.Basic.Ack, delivery_tag=7)))
+    consumer.receive_data(frames.method_frame(1, make(spec.Basic.Ack, delivery_tag=12,
+                                                      multiple=True)))
+    assert [t for t, _, _, _ in deliveries(consumer.data_to_send())] == list(range(15, 23))
+    queue = broker.vhosts["/"].queues["q"]
+    assert (queue.unacked, len(queue.ready)) == (10, 3)
+    assert sorted(consumer.channels[1].unacked) == [13, 14] + list(range(15, 23))
+
+
+def test_global_prefetch_bounds_batches_across_consumers_of_a_channel():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    for name in ("a", "b"):
+        call(conn, 1, make(spec.Queue.Declare, queue=name))
+    call(conn, 1, make(spec.Basic.Qos, prefetch_count=6, global_=True))
+    for name in ("a", "b"):
+        call(conn, 1, make(spec.Basic.Consume, queue=name, consumer_tag=name))
+    producer = open_connection(broker)
+    producer.receive_data(b"".join(publish("a", b"x") for _ in range(5))
+                          + b"".join(publish("b", b"y") for _ in range(5)))
+    got = deliveries(conn.data_to_send())
+    assert [key for _, key, _, _ in got] == ["a"] * 5 + ["b"]
+    assert len(conn.channels[1].unacked) == 6
+
+
+def test_a_run_is_shared_round_robin_by_several_consumers():
+    broker = Broker(BrokerConfig())
+    consumer = consuming(broker, "q", no_ack=True)
+    call(consumer, 1, make(spec.Basic.Consume, queue="q", consumer_tag="d", no_ack=True))
+    producer = open_connection(broker)
+    producer.receive_data(b"".join(publish("q", b"%d" % i) for i in range(6)))
+    tags = [frame for frame in methods(consumer.data_to_send())]
+    assert [m.consumer_tag for m in tags] == ["c", "d"] * 3
+
+
+def test_a_run_into_a_queue_with_a_limit_is_confirmed_one_by_one():
+    """reject-publish refuses each message past max-length: those are
+    nacked, the rest acked, as publishing one at a time would be."""
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    call(conn, 1, make(spec.Queue.Declare, queue="q", arguments=FieldTable(
+        {"x-max-length": 3, "x-overflow": "reject-publish"})))
+    call(conn, 1, make(spec.Queue.Declare, queue="free"))
+    call(conn, 1, make(spec.Queue.Bind, queue="q", exchange="amq.fanout"))
+    call(conn, 1, make(spec.Queue.Bind, queue="free", exchange="amq.fanout"))
+    call(conn, 1, make(spec.Confirm.Select))
+    conn.receive_data(b"".join(publish("", b"m", exchange="amq.fanout") for _ in range(5)))
+    confirms = [(type(m).__name__, m.delivery_tag, m.multiple)
+                for m in methods(conn.data_to_send())]
+    assert confirms == [("Ack", 3, True), ("Nack", 4, False), ("Nack", 5, False)]
+    queues = broker.vhosts["/"].queues
+    assert (queues["q"].message_count, queues["free"].message_count) == (3, 5)
+
+
+def test_confirms_for_a_run_of_plain_publishes():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    call(conn, 1, make(spec.Queue.Declare, queue="q"))
+    call(conn, 1, make(spec.Confirm.Select))
+    conn.receive_data(b"".join(publish("q", b"body") for _ in range(7)))
+    acks = methods(conn.data_to_send())
+    assert [(type(m), m.delivery_tag, m.multiple) for m in acks] == [(spec.Basic.Ack, 7, True)]
+    assert broker.vhosts["/"].queues["q"].message_count == 7
+
+
+def test_mandatory_run_with_no_route_returns_every_message():
+    conn = open_connection(Broker(BrokerConfig()))
+    conn.receive_data(b"".join(publish("nowhere", b"%d" % i, mandatory=True) for i in range(4)))
+    out = conn.data_to_send()
+    returns = [m for m in methods(out) if isinstance(m, spec.Basic.Return)]
+    assert [(m.reply_code, m.routing_key) for m in returns] == [(312, "nowhere")] * 4
+    bodies = [p for t, _, p in split_frames(out) if t == frames.FRAME_BODY]
+    assert bodies == [b"0", b"1", b"2", b"3"]
+
+
+def test_a_run_with_cc_headers_and_expiration_is_inspected_per_message():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    for name in ("q", "cc"):
+        call(conn, 1, make(spec.Queue.Declare, queue=name))
+    props = Properties(headers=FieldTable({"CC": ["cc"]}), expiration="60000")
+    conn.receive_data(b"".join(publish("q", b"x", props) for _ in range(3)))
+    queues = broker.vhosts["/"].queues
+    assert (queues["q"].message_count, queues["cc"].message_count) == (3, 3)
+    assert all(entry.deadline is not None for entry in queues["q"].ready)
+
+
+def test_a_run_to_a_missing_exchange_closes_the_channel_once():
+    conn = open_connection(Broker(BrokerConfig()))
+    conn.receive_data(b"".join(publish("k", b"x", exchange="missing") for _ in range(5)))
+    out = methods(conn.data_to_send())
+    assert [(type(m), m.reply_code) for m in out] == [(spec.Channel.Close, 404)]
+
+
+def test_a_consumer_without_prefetch_takes_a_deep_queue_in_bounded_batches():
+    broker = Broker(BrokerConfig())
+    producer = open_connection(broker)
+    call(producer, 1, make(spec.Queue.Declare, queue="q"))
+    producer.receive_data(b"".join(publish("q", b"x" * 1000) for _ in range(3000)))
+    consumer = open_connection(broker)
+    consumer.receive_data(frames.method_frame(1, make(spec.Basic.Consume, queue="q",
+                                                      no_ack=True)))
+    first = consumer.data_to_send()
+    # About the connection's 1 MiB output limit of bodies, not the 3 MB queued.
+    assert 1 << 20 <= len(first) < 1.1 * (1 << 20)
+    total = len(deliveries(first))
+    for _ in range(10):
+        consumer.flushed()  # the shell wrote it all: the next batch
+        total += len(deliveries(consumer.data_to_send()))
+    assert total == 3000
+
+
+messages = st.lists(st.tuples(st.sampled_from(["a", "b"]),
+                              st.sampled_from([b"", b"x", b"yy", b"z" * 300]),
+                              st.booleans()), min_size=1, max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages, st.lists(st.integers(1, 400), min_size=1, max_size=20))
+def test_any_split_into_reads_gives_what_one_publish_at_a_time_gives(batch, cuts):
+    broker = Broker(BrokerConfig())
+    consumer = consuming(broker, "a", no_ack=True)
+    call(consumer, 1, make(spec.Queue.Declare, queue="b"))
+    call(consumer, 1, make(spec.Basic.Consume, queue="b", consumer_tag="cb", no_ack=True))
+    producer = open_connection(broker)
+    typed = Properties(content_type="text/plain")
+    data = b"".join(publish(key, body, typed if flag else None) for key, body, flag in batch)
+    pos = 0
+    for cut in cuts:
+        producer.receive_data(data[pos:pos + cut])
+        pos += cut
+    producer.receive_data(data[pos:])
+    got = deliveries(consumer.data_to_send())
+    assert [(key, body) for _, key, _, body in got] == [(key, body) for key, body, _ in batch]
+    assert [tag for tag, _, _, _ in got] == list(range(1, len(batch) + 1))
