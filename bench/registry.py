@@ -12,13 +12,20 @@ from .memory import memory_per_message
 from .persistent import persistent_confirms
 from .scenarios import _many_connections, _run, publish_consume
 
+# Body sizes of the varied scenario: 55, 65, ... 145 bytes, mean 100.
+VARIED_SIZES = tuple(range(55, 146, 10))
+
 SCENARIOS = {
     "transient": dict(
-        run=lambda url, scale: publish_consume(url, int(200_000 * scale), 100, 1, 120),
+        run=lambda url, scale: publish_consume(url, int(200_000 * scale), (100,), 1, 120),
         metric="deliveries_per_s",
         what="publish->consume, 100 B bodies, prefetch 1000, multiple acks"),
+    "transient-varied": dict(
+        run=lambda url, scale: publish_consume(url, int(200_000 * scale), VARIED_SIZES, 1, 120),
+        metric="deliveries_per_s",
+        what="the same with bodies of 55-145 B (mean 100), each size after the other"),
     "fanout": dict(
-        run=lambda url, scale: publish_consume(url, int(20_000 * scale), 100, 10, 120),
+        run=lambda url, scale: publish_consume(url, int(20_000 * scale), (100,), 10, 120),
         metric="deliveries_per_s",
         what="topic exchange to 10 queues, deliveries counted"),
     "connections": dict(

@@ -29,18 +29,30 @@ def _run(coro):
         loop.close()
 
 
-async def _publish(url: str, exchange: str, routing_key: str, count: int, body: bytes,
-                   start_at: float) -> None:
+def _publishes(exchange: str, routing_key: str, bodies: list[bytes], start: int,
+               count: int) -> bytes:
+    """`count` publishes, the i-th (from `start`) with body i of `bodies`,
+    taken in turn."""
+    if len(bodies) == 1:
+        return encoded_publish(1, exchange, routing_key, bodies[0], count)
+    return b"".join(encoded_publish(1, exchange, routing_key, bodies[i % len(bodies)], 1)
+                    for i in range(start, start + count))
+
+
+async def _publish(url: str, exchange: str, routing_key: str, count: int,
+                   bodies: list[bytes], start_at: float) -> None:
     conn = await connect(url)
     await conn.open_channel(1)
-    batch = encoded_publish(1, exchange, routing_key, body, BATCH)
+    # Every full batch starts with the first body (BATCH is a multiple of the
+    # scenarios' body counts); a partial batch goes on from where it is.
+    batch = _publishes(exchange, routing_key, bodies, 0, BATCH)
     while time.time() < start_at:
         await asyncio.sleep(0.001)
     sent = 0
     while sent < count:
         n = min(BATCH, count - sent)
-        conn.transport.write(batch if n == BATCH else encoded_publish(
-            1, exchange, routing_key, body, n))
+        conn.transport.write(batch if n == BATCH else _publishes(
+            exchange, routing_key, bodies, sent, n))
         sent += n
         await conn.drain()
     # a synchronous round trip proves the broker has read everything
@@ -104,10 +116,11 @@ async def _consume(url: str, queues: list[str], expected: int, prefetch: int,
     return finished - first[0], delivered
 
 
-def publish_consume(url: str, count: int, body_size: int, queues: int,
+def publish_consume(url: str, count: int, body_sizes: tuple[int, ...], queues: int,
                     timeout: float) -> dict:
-    """`count` messages published; consumed from `queues` queues bound to a
-    topic exchange (1 queue: the default exchange)."""
+    """`count` messages published, their body sizes taken in turn from
+    `body_sizes`; consumed from `queues` queues bound to a topic exchange
+    (1 queue: the default exchange)."""
     tag = uuid.uuid4().hex[:8]
     names = [f"bench-{tag}-{i}" for i in range(queues)]
     exchange = f"bench-{tag}" if queues > 1 else None
@@ -116,7 +129,7 @@ def publish_consume(url: str, count: int, body_size: int, queues: int,
     publisher = mp.get_context("spawn").Process(
         target=_publisher_process,
         args=(url, exchange or "", "bench.key" if exchange else names[0], count,
-              b"x" * body_size, start_at))
+              [b"x" * size for size in body_sizes], start_at))
     publisher.start()
     try:
         elapsed, delivered = _run(_consume(url, names, count * queues, 1000, timeout))

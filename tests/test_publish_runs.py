@@ -74,6 +74,44 @@ def test_a_run_arrives_whole_and_in_order_after_frames_that_break_it():
     assert [tag for tag, _, _, _ in got] == list(range(1, 43))
 
 
+def test_a_run_carries_on_across_body_sizes():
+    broker = Broker(BrokerConfig())
+    producer = open_connection(broker)
+    call(producer, 1, make(spec.Queue.Declare, queue="q"))
+    props = Properties(content_type="application/json", delivery_mode=1)
+    bodies = [b"{}" * (1 + i // 3 % 4) for i in range(48)]
+    producer.receive_data(b"".join(publish("q", body, props) for body in bodies))
+    ready = list(broker.vhosts["/"].queues["q"].ready)
+    # Each header states its own body's size; messages of one size share one.
+    sizes = [int.from_bytes(entry.message.header[4:12], "big") for entry in ready]
+    assert sizes == list(map(len, bodies))
+    assert len({id(entry.message.header) for entry in ready}) == 4
+    consumer = open_connection(broker)
+    consumer.receive_data(frames.method_frame(1, make(spec.Basic.Consume, queue="q",
+                                                      no_ack=True)))
+    got = deliveries(consumer.data_to_send())
+    assert [body for _, _, _, body in got] == bodies
+
+
+def test_a_repeat_past_the_size_limits_gets_the_errors_of_one_publish_at_a_time():
+    broker = Broker(BrokerConfig(max_message_size=100))
+    consumer = consuming(broker, "q", no_ack=True)
+    producer = open_connection(broker)
+    producer.receive_data(publish("q", b"a" * 10) + publish("q", b"b" * 20)
+                          + publish("q", b"c" * 101) + publish("q", b"d"))
+    assert [body for _, _, _, body in deliveries(consumer.data_to_send())] == [
+        b"a" * 10, b"b" * 20]
+    close = methods(producer.data_to_send())[-1]
+    assert (type(close), close.reply_code) == (spec.Channel.Close, 406)
+    assert close.reply_text == (
+        "PRECONDITION_FAILED - message size 101 is larger than configured max size 100")
+    # A body frame over frame_max is a connection error, as it always was.
+    producer = open_connection(broker)
+    producer.receive_data(publish("q", b"e" * 10) + publish("q", b"f" * 131_073))
+    close = methods(producer.data_to_send())[-1]
+    assert (type(close), close.reply_code) == (spec.Connection.Close, 501)
+
+
 def test_prefetch_bounds_a_run_and_acks_release_the_rest_in_batches():
     broker = Broker(BrokerConfig())
     consumer = consuming(broker, "q", prefetch=10)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from itertools import repeat
 
 from pamqp import commands as spec
 
@@ -45,6 +46,7 @@ _FRAME_HEADER = struct.Struct(">BHI")
 _PUBLISH_PREFIX = struct.Struct(">I")
 _ACK_BODY = struct.Struct(">QB")
 _BODY_SIZE = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
 _PUBLISH_INDEX = (60 << 16) | 40
 _ACK_INDEX = (60 << 16) | 80
 _MIN_FRAME_MAX = 4096
@@ -71,6 +73,59 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": False,
 }
+
+
+def _repeats(data: bytes, start: int, header_at: int, header: bytes, pos: int, end: int,
+             largest: int) -> tuple[list, list, int]:
+    """The publishes from `pos` on that repeat the one whose method frame
+    starts at `start` and content header frame (payload `header`) at
+    `header_at`, followed by one body frame: the same method frame and
+    properties, with a body of any size up to `largest` in one frame.
+    Returns their content header payloads (one object per body size),
+    their bodies, and where the next frame starts.
+
+    Each body size met is checked once; after that, a publish is one byte
+    comparison of everything up to its body."""
+    body_at = header_at + 8 + len(header)
+    method = data[start:header_at]
+    lead = data[header_at : header_at + 11]  # frame header, class id, weight
+    tail = data[header_at + 19 : body_at]  # property flags and values, frame end
+    body_lead = data[body_at : body_at + 3]  # frame type and channel
+    size_at = header_at + 11 - start  # a publish's body size, from its start
+    before_body = data[start : body_at + 7]
+    (last_size,) = _BODY_SIZE.unpack_from(header, 4)
+    layouts = {last_size: (header, before_body)}
+    step = len(before_body) + last_size + 1
+    headers: list[bytes] = []
+    bodies: list[bytes] = []
+    startswith = data.startswith
+    while True:
+        if pos + step <= end and startswith(before_body, pos) and data[pos + step - 1] == 0xCE:
+            headers.append(header)
+            bodies.append(data[pos + len(before_body) : pos + step - 1])
+            pos += step
+            continue
+        if pos + size_at + 8 > end:
+            break
+        (size,) = _BODY_SIZE.unpack_from(data, pos + size_at)
+        if size == last_size:
+            break  # not a repeat
+        layout = layouts.get(size)
+        if layout is None:
+            header_at = pos + len(method)
+            body_at = header_at + 19 + len(tail)
+            if (not 0 < size <= largest or body_at + 7 > end
+                    or not startswith(method, pos) or not startswith(lead, header_at)
+                    or not startswith(tail, header_at + 19)
+                    or not startswith(body_lead, body_at)
+                    or _U32.unpack_from(data, body_at + 3)[0] != size):
+                break
+            layout = layouts[size] = (data[header_at + 7 : body_at - 1],
+                                      data[pos : body_at + 7])
+        header, before_body = layout
+        last_size = size
+        step = len(before_body) + size + 1
+    return headers, bodies, pos
 
 
 class Connection:
@@ -293,7 +348,8 @@ class Connection:
     def _fused_publish(self, channel: Channel, payload: bytes, data: bytes, pos: int,
                        end_of_data: int) -> int:
         """The common case in one step: publish, header and a single body frame
-        all in this read, with the identical publishes right after it.
+        all in this read, with the publishes right after it that repeat it
+        but for their bodies.
         Returns where the next frame starts, or 0 to let the general path
         (which also reports every error) handle it."""
         self.publishing = True
@@ -348,17 +404,11 @@ class Connection:
             self._last_header = header
         run = [Message(exchange, routing_key, route, header, body, routing_keys)]
         if body_size:
-            # Publishes that follow with the same method, header and body
-            # frame header differ only in their bodies: one comparison each.
-            same = data[pos - 8 - len(payload) : header_end + 8]
-            step = len(same) + body_size + 1
-            startswith = data.startswith
-            while (next_pos + step <= end_of_data and startswith(same, next_pos)
-                   and data[next_pos + step - 1] == 0xCE):
-                run.append(Message(exchange, routing_key, route, header,
-                                   data[next_pos + len(same) : next_pos + step - 1],
-                                   routing_keys))
-                next_pos += step
+            largest = min(self.frame_max, self.config.max_message_size)
+            headers, bodies, next_pos = _repeats(data, pos - 8 - len(payload), pos, header,
+                                                 next_pos, end_of_data, largest)
+            run.extend(map(Message, repeat(exchange), repeat(routing_key), repeat(route),
+                           headers, bodies, repeat(routing_keys)))
         try:
             if len(run) == 1:
                 channel.publish(run[0], bool(bits & 1))

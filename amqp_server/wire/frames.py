@@ -93,39 +93,43 @@ def deliver_many(channel: int, consumer_tag: bytes, first_tag: int, entries,
     with route, header and body), delivery tags counting up from
     `first_tag`, as one buffer: the same bytes as `deliver` for each.
 
-    Messages published back to back share their route and header objects,
-    so the frame bytes around each body and tag are built once per run."""
+    The frame bytes around each tag and body are built once per route and
+    content header (a header states its body's size)."""
     parts = []
     add = parts.append
-    pack_tail = _DELIVER_TAIL.pack
+    # The method frame up to and including the tag and redelivered octet.
+    pack_lead = struct.Struct(f">BHIHH{len(consumer_tag)}sQB").pack
     tag = first_tag
     last_route = last_header = None
-    last_size = -1
-    lead = middle = b""
+    size = 0
+    middle = b""
+    middles: dict[bytes, bytes] = {}
     largest = frame_max - FRAME_OVERHEAD
     for entry in entries:
         message = entry.message
         route = message.route
         header = message.header
-        body = message.body
-        size = len(body)
-        if route is not last_route or header is not last_header or size != last_size:
-            if not 0 < size <= largest:
-                add(deliver(channel, consumer_tag, tag, entry.redelivered, route, header,
-                            body, frame_max))
-                tag += 1
-                last_route = None
-                continue
-            last_route, last_header, last_size = route, header, size
-            lead = _METHOD_PREFIX.pack(FRAME_METHOD, channel,
-                                       13 + len(consumer_tag) + len(route), 60, 60) + consumer_tag
-            middle = b"".join((
-                route, _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_HEADER, channel, len(header)),
-                header, _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, size)))
-        add(lead)
-        add(pack_tail(tag, entry.redelivered))
+        if header is not last_header or route is not last_route:
+            if route is not last_route:
+                last_route = route
+                size = 13 + len(consumer_tag) + len(route)
+                middles = {}
+            last_header = header
+            middle = middles.get(header)
+            if middle is None:
+                body = message.body
+                if not 0 < len(body) <= largest:
+                    add(deliver(channel, consumer_tag, tag, entry.redelivered, route, header,
+                                body, frame_max))
+                    tag += 1
+                    last_header = None
+                    continue
+                middle = middles[header] = b"".join((
+                    route, _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_HEADER, channel, len(header)),
+                    header, _END_AND_BODY_HEAD.pack(FRAME_END, FRAME_BODY, channel, len(body))))
+        add(pack_lead(FRAME_METHOD, channel, size, 60, 60, consumer_tag, tag, entry.redelivered))
         add(middle)
-        add(body)
+        add(message.body)
         add(FRAME_END_BYTE)
         tag += 1
     return b"".join(parts)
