@@ -39,6 +39,7 @@ from ..wire.properties import check_properties
 from ..wire.table import FieldTable, decode_table_body
 from ..broker.message import HEADER_PREFIX, Message
 from .channel import Channel
+from .repeats import repeated_publishes
 
 log = logging.getLogger("amqp_server.connection")
 
@@ -46,7 +47,6 @@ _FRAME_HEADER = struct.Struct(">BHI")
 _PUBLISH_PREFIX = struct.Struct(">I")
 _ACK_BODY = struct.Struct(">QB")
 _BODY_SIZE = struct.Struct(">Q")
-_U32 = struct.Struct(">I")
 _PUBLISH_INDEX = (60 << 16) | 40
 _ACK_INDEX = (60 << 16) | 80
 _MIN_FRAME_MAX = 4096
@@ -73,59 +73,6 @@ SERVER_CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": False,
 }
-
-
-def _repeats(data: bytes, start: int, header_at: int, header: bytes, pos: int, end: int,
-             largest: int) -> tuple[list, list, int]:
-    """The publishes from `pos` on that repeat the one whose method frame
-    starts at `start` and content header frame (payload `header`) at
-    `header_at`, followed by one body frame: the same method frame and
-    properties, with a body of any size up to `largest` in one frame.
-    Returns their content header payloads (one object per body size),
-    their bodies, and where the next frame starts.
-
-    Each body size met is checked once; after that, a publish is one byte
-    comparison of everything up to its body."""
-    body_at = header_at + 8 + len(header)
-    method = data[start:header_at]
-    lead = data[header_at : header_at + 11]  # frame header, class id, weight
-    tail = data[header_at + 19 : body_at]  # property flags and values, frame end
-    body_lead = data[body_at : body_at + 3]  # frame type and channel
-    size_at = header_at + 11 - start  # a publish's body size, from its start
-    before_body = data[start : body_at + 7]
-    (last_size,) = _BODY_SIZE.unpack_from(header, 4)
-    layouts = {last_size: (header, before_body)}
-    step = len(before_body) + last_size + 1
-    headers: list[bytes] = []
-    bodies: list[bytes] = []
-    startswith = data.startswith
-    while True:
-        if pos + step <= end and startswith(before_body, pos) and data[pos + step - 1] == 0xCE:
-            headers.append(header)
-            bodies.append(data[pos + len(before_body) : pos + step - 1])
-            pos += step
-            continue
-        if pos + size_at + 8 > end:
-            break
-        (size,) = _BODY_SIZE.unpack_from(data, pos + size_at)
-        if size == last_size:
-            break  # not a repeat
-        layout = layouts.get(size)
-        if layout is None:
-            header_at = pos + len(method)
-            body_at = header_at + 19 + len(tail)
-            if (not 0 < size <= largest or body_at + 7 > end
-                    or not startswith(method, pos) or not startswith(lead, header_at)
-                    or not startswith(tail, header_at + 19)
-                    or not startswith(body_lead, body_at)
-                    or _U32.unpack_from(data, body_at + 3)[0] != size):
-                break
-            layout = layouts[size] = (data[header_at + 7 : body_at - 1],
-                                      data[pos : body_at + 7])
-        header, before_body = layout
-        last_size = size
-        step = len(before_body) + size + 1
-    return headers, bodies, pos
 
 
 class Connection:
@@ -164,6 +111,7 @@ class Connection:
         self._last_publish = b""
         self._last_fields = None
         self._last_header = b""
+        self._last_properties = b""
         self.publishing = False  # has published: a resource alarm blocks it
         self.login_refusal: bytes | None = None
         self.blocked = False
@@ -396,22 +344,31 @@ class Connection:
             # one header object (about 50 bytes each for a deep queue), and
             # they have been checked already.
             header = self._last_header
+            properties = self._last_properties
         else:
+            properties = header[HEADER_PREFIX:]
             try:
-                check_properties(header[HEADER_PREFIX:])
+                check_properties(properties)
             except ValueError:
                 return 0  # the slow path says what is wrong
             self._last_header = header
-        run = [Message(exchange, routing_key, route, header, body, routing_keys)]
-        if body_size:
+            self._last_properties = properties
+        message = Message(exchange, routing_key, route, header, body, routing_keys)
+        run = None
+        # Whether the next publish repeats this one's method and properties
+        # is checked in place first: publishes that differ (a message id
+        # each, say) allocate nothing more for it.
+        if (body_size and data.startswith(payload, next_pos + 7)
+                and data.startswith(properties, next_pos + len(payload) + 27)):
             largest = min(self.frame_max, self.config.max_message_size)
-            headers, bodies, next_pos = _repeats(data, pos - 8 - len(payload), pos, header,
-                                                 next_pos, end_of_data, largest)
-            run.extend(map(Message, repeat(exchange), repeat(routing_key), repeat(route),
-                           headers, bodies, repeat(routing_keys)))
+            headers, bodies, next_pos = repeated_publishes(
+                data, pos - 8 - len(payload), pos, header, next_pos, end_of_data, largest)
+            if bodies:
+                run = [message, *map(Message, repeat(exchange), repeat(routing_key),
+                                     repeat(route), headers, bodies, repeat(routing_keys))]
         try:
-            if len(run) == 1:
-                channel.publish(run[0], bool(bits & 1))
+            if run is None:
+                channel.publish(message, bool(bits & 1))
             else:
                 channel.publish_run(run, bool(bits & 1))
         except AMQPError as error:
