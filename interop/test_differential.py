@@ -12,6 +12,7 @@ Neither is exercised below; each has its own test against our broker.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pika
@@ -152,4 +153,49 @@ def returns_and_redelivery(conn, prefix, cleanup):
 
 def test_returns_and_redelivered_flags(broker, rabbitmq_url):
     ours, theirs = both(broker, rabbitmq_url, returns_and_redelivery)
+    assert ours == theirs
+
+
+def burst(url: str) -> list:
+    """A publisher without confirms sends 300 messages back to back (the
+    broker reads them as runs) through a fanout exchange to a plain queue
+    with two consumers and to a queue that refuses past 20 messages."""
+    prefix = f"diff-{uuid.uuid4().hex[:8]}-"
+    x, shared, limited = prefix + "x", prefix + "shared", prefix + "limited"
+    consuming = pika.BlockingConnection(pika.URLParameters(url))
+    publishing = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ch = consuming.channel()
+        ch.exchange_declare(x, "fanout")
+        ch.queue_declare(shared)
+        ch.queue_declare(limited, arguments={"x-max-length": 20, "x-overflow": "reject-publish"})
+        for queue in (shared, limited):
+            ch.queue_bind(queue, x)
+        got: dict[str, list] = {"a": [], "b": []}
+        for tag in got:
+            ch.basic_consume(shared, lambda c, m, p, b: got[m.consumer_tag].append(b),
+                             auto_ack=True, consumer_tag=tag)
+        bodies = [b"%d:" % i + b"x" * (i % 7) for i in range(300)]
+        out = publishing.channel()
+        for body in bodies:
+            out.basic_publish(x, "", body, pika.BasicProperties(content_type="text/plain"))
+        publishing.process_data_events(time_limit=0)
+        deadline = time.monotonic() + 10
+        while len(got["a"]) + len(got["b"]) < len(bodies) and time.monotonic() < deadline:
+            consuming.process_data_events(time_limit=0.1)
+        kept = []
+        while (message := ch.basic_get(limited, auto_ack=True))[0] is not None:
+            kept.append(message[2])
+        ch.exchange_delete(x)
+        ch.queue_delete(shared)
+        ch.queue_delete(limited)
+        return [got["a"], got["b"], kept]
+    finally:
+        publishing.close()
+        consuming.close()
+
+
+def test_a_burst_of_publishes_is_queued_and_shared_out_alike(broker, rabbitmq_url):
+    ours, theirs = burst(broker.url), burst(rabbitmq_url)
+    assert sum(map(len, ours[:2])) == 300
     assert ours == theirs
