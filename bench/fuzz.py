@@ -108,6 +108,9 @@ SEEDS: list[bytes] = [
                expiration="5", message_id="m1",
                headers={"x-death": [{"count": 1, "reason": "rejected", "queue": "q"}],
                         "CC": ["dl"], "BCC": ["art"], "n": 1, "f": 1.5}),
+    # A run: the same publish and properties, bodies of two sizes.
+    b"".join(_m(1, spec.Basic.Publish(exchange="", routing_key="q"))
+             + _content(1, body, content_type="text/plain") for body in (b"a", b"bb", b"a", b"a")),
     _m(1, spec.Basic.Publish(exchange="dlx", routing_key="dead")) + _content(1, b""),
     _m(1, spec.Basic.Publish(exchange="", routing_key="dl")) + _content(1, b"x" * 9000),
     _m(1, spec.Basic.Qos(prefetch_count=1)),
