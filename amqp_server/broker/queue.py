@@ -164,7 +164,12 @@ class Queue:
                     consumer = consumers[0]
                     consumers.rotate(-1)
                     if consumer.can_take():
-                        self._deliver_to(consumer, [entry])
+                        # _deliver_to, inlined: this runs once per publish.
+                        self.unacked += 1
+                        self.delivered += 1
+                        if entry.segment is not None:
+                            self.store.delivered(self.vhost, self.name, entry)
+                        consumer.take(self, entry)
                         return ACCEPTED
             # Messages already waiting mean no consumer has room: whatever
             # frees room (ack, qos, flow, a flushed socket) dispatches.

@@ -344,22 +344,23 @@ class Connection:
             # one header object (about 50 bytes each for a deep queue), and
             # they have been checked already.
             header = self._last_header
-            properties = self._last_properties
+            repeating = True
         else:
             properties = header[HEADER_PREFIX:]
-            try:
-                check_properties(properties)
-            except ValueError:
-                return 0  # the slow path says what is wrong
+            repeating = properties == self._last_properties  # another body size
+            if not repeating:
+                try:
+                    check_properties(properties)
+                except ValueError:
+                    return 0  # the slow path says what is wrong
+                self._last_properties = properties
             self._last_header = header
-            self._last_properties = properties
         message = Message(exchange, routing_key, route, header, body, routing_keys)
         run = None
-        # Whether the next publish repeats this one's method and properties
-        # is checked in place first: publishes that differ (a message id
-        # each, say) allocate nothing more for it.
-        if (body_size and data.startswith(payload, next_pos + 7)
-                and data.startswith(properties, next_pos + len(payload) + 27)):
+        # A publish that repeats the properties of the one before it may
+        # start a run; publishes that differ every time (a message id each)
+        # never pay for looking.
+        if repeating and body_size and data.startswith(payload, next_pos + 7):
             largest = min(self.frame_max, self.config.max_message_size)
             headers, bodies, next_pos = repeated_publishes(
                 data, pos - 8 - len(payload), pos, header, next_pos, end_of_data, largest)
