@@ -74,15 +74,26 @@ def _property_flags(raw: bytes) -> tuple[int, int]:
     return flags, offset
 
 
+# The properties each flag word announces, in order: a publish walks only
+# those.  At most 2**15 words (bit 0 only continues), a few MB at worst.
+_PRESENT: dict[int, tuple] = {}
+
+
+def _present(flags: int) -> tuple:
+    present = _PRESENT.get(flags)
+    if present is None:
+        present = _PRESENT[flags] = tuple(
+            (name, kind) for name, bit, kind in PROPERTY_SPEC if flags & bit)
+    return present
+
+
 def decode_properties(raw: bytes) -> Properties:
     """Decode property flags and values (the part of a content header after
     class, weight and body size)."""
     flags, offset = _property_flags(raw)
     props = Properties()
     try:
-        for name, bit, kind in PROPERTY_SPEC:
-            if not flags & bit:
-                continue
+        for name, kind in _present(flags):
             if kind == "shortstr":
                 length = raw[offset]
                 offset += 1
@@ -113,9 +124,7 @@ def check_properties(raw: bytes) -> None:
     undecoded (the headers table itself is decoded at publish)."""
     size = len(raw)
     flags, offset = _property_flags(raw)
-    for name, bit, kind in PROPERTY_SPEC:
-        if not flags & bit:
-            continue
+    for name, kind in _present(flags):
         if kind == "shortstr":
             offset += 1 + (raw[offset] if offset < size else 0)
         elif kind == "table":
