@@ -86,6 +86,7 @@ def test_a_run_carries_on_across_body_sizes():
     sizes = [int.from_bytes(entry.message.header[4:12], "big") for entry in ready]
     assert sizes == list(map(len, bodies))
     assert len({id(entry.message.header) for entry in ready}) == 4
+    assert broker.vhosts["/"].queues["q"].ready_bytes == sum(map(len, bodies))
     consumer = open_connection(broker)
     consumer.receive_data(frames.method_frame(1, make(spec.Basic.Consume, queue="q",
                                                       no_ack=True)))

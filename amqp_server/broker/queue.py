@@ -179,9 +179,9 @@ class Queue:
 
     def enqueue_run(self, messages: list) -> None:
         """Messages published back to back with the same exchange, routing
-        key and properties (so the same body size and no per-message TTL)
-        into a plain queue, which never refuses one: `enqueue` for each,
-        with the deliveries to one consumer written together."""
+        key and properties (so no per-message TTL) into a plain queue,
+        which never refuses one: `enqueue` for each, with the deliveries to
+        one consumer written together."""
         seq = self.next_seq
         count = len(messages)
         entries = list(map(Entry, range(seq, seq + count), messages))
@@ -194,13 +194,13 @@ class Queue:
             entries = self._hand_out(entries)
             if not entries:
                 return
-        size = len(messages[0].body)
-        total = size * len(entries)
+        sizes = [len(entry.message.body) for entry in entries]
+        total = sum(sizes)
         if self._fits(len(entries), total, entries[0].segment is not None):
             self.ready.extend(entries)
             self.ready_bytes += total
         else:
-            for entry in entries:
+            for entry, size in zip(entries, sizes):
                 self._append(entry, size)
 
     def _hand_out(self, entries: list) -> list:

@@ -75,11 +75,13 @@ def _property_flags(raw: bytes) -> tuple[int, int]:
 
 
 # The properties each flag word announces, in order: a publish walks only
-# those.  At most 2**15 words (bit 0 only continues), a few MB at worst.
+# those.  Keyed by the defined bits alone, so at most 2**14 entries.
 _PRESENT: dict[int, tuple] = {}
+_DEFINED_BITS = sum(bit for _, bit, _ in PROPERTY_SPEC)
 
 
 def _present(flags: int) -> tuple:
+    flags &= _DEFINED_BITS
     present = _PRESENT.get(flags)
     if present is None:
         present = _PRESENT[flags] = tuple(
