@@ -25,8 +25,12 @@ class BrokerThread:
     def __init__(self, config: BrokerConfig | None = None, data_dir: str | None = None) -> None:
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="amqp-test-")
-        config = dataclasses.replace(config or BrokerConfig(port=0, management_port=0),
-                                     data_dir=self.data_dir)
+        config = config or BrokerConfig()
+        # Ephemeral ports only: a fixed one would meet a reference RabbitMQ
+        # (5672, 15672) or another test's broker.
+        config = dataclasses.replace(
+            config, data_dir=self.data_dir,
+            management_port=0 if config.management_port >= 0 else config.management_port)
         self.broker = Broker(config)
         self.server = Server(self.broker, host="127.0.0.1", port=0)
         self.loop = new_event_loop()

@@ -3,8 +3,11 @@ reference RabbitMQ for differential tests when one is reachable."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import socket
+import urllib.request
 
 import pika
 import pytest
@@ -33,21 +36,65 @@ def channel(connection):
     return connection.channel()
 
 
-def rabbitmq_reachable(url: str = RABBITMQ_URL) -> bool:
+RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+MISSING_HINT = ("install and start Debian's rabbitmq-server (`apt-get install -y "
+                "rabbitmq-server`, `rabbitmq-server -detached`, as .ci/run does)")
+
+
+def amqp_product(url: str) -> str | None:
+    """The `product` a broker at `url` names in connection.start, or None
+    when nothing answers there."""
     params = pika.URLParameters(url)
     try:
         with socket.create_connection((params.host, params.port), timeout=1):
             pass
         conn = pika.BlockingConnection(params)
-        conn.close()
-        return True
     except Exception:
-        return False
+        return None
+    try:
+        product = (conn._impl.server_properties or {}).get("product")
+    finally:
+        conn.close()
+    return product.decode() if isinstance(product, bytes) else product
+
+
+def management_product(url: str, user: str = "guest", password: str = "guest") -> str | None:
+    """`product_name` of the management API at `url`, or None without one."""
+    request = urllib.request.Request(url + "/api/overview")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read()).get("product_name")
+    except (OSError, ValueError):
+        return None
+
+
+def require_rabbitmq(product: str | None, where: str, hint: str) -> None:
+    """Differential tests compare with RabbitMQ itself: anything else at
+    `where` (this broker listens on RabbitMQ's ports too) or nothing at all
+    skips them locally and fails them under CI."""
+    if product == "RabbitMQ":
+        return
+    if product is None:
+        message = f"no reference RabbitMQ reachable at {where}: {hint}"
+    else:
+        message = (f"the broker at {where} is {product!r}, not RabbitMQ: differential tests "
+                   f"need a real RabbitMQ there ({hint})")
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
 def rabbitmq_url():
-    if not rabbitmq_reachable():
-        pytest.skip(f"no reference RabbitMQ reachable at {RABBITMQ_URL}: install and start "
-                    "Debian's rabbitmq-server (as .ci/run does) to run differential tests")
+    require_rabbitmq(amqp_product(RABBITMQ_URL), RABBITMQ_URL, MISSING_HINT)
     return RABBITMQ_URL
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_management_url(rabbitmq_url):
+    require_rabbitmq(management_product(RABBITMQ_MANAGEMENT_URL), RABBITMQ_MANAGEMENT_URL,
+                     "enable its management plugin: `rabbitmq-plugins enable "
+                     "rabbitmq_management`, as .ci/run does")
+    return RABBITMQ_MANAGEMENT_URL

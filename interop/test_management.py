@@ -21,9 +21,14 @@ from .waiting import wait_get
 
 
 def http(broker, method: str, path: str, body=None, auth=("guest", "guest")):
+    return call(broker.management_url, method, path, body, auth)
+
+
+def call(base_url: str, method: str, path: str, body=None, auth=("guest", "guest")):
+    """(status, decoded JSON body or text) of one request to a management API."""
     data = json.dumps(body).encode() if body is not None else None
     token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-    request = urllib.request.Request(broker.management_url + path, data=data, method=method,
+    request = urllib.request.Request(base_url + path, data=data, method=method,
                                      headers={"Authorization": f"Basic {token}",
                                               "Content-Type": "application/json"})
     try:

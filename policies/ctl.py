@@ -66,12 +66,15 @@ class Api:
 
 def _http_error(exc: urllib.error.HTTPError) -> CtlError:
     try:
-        reason = json.loads(exc.read()).get("reason", exc.reason)
+        body = json.loads(exc.read())
+        error, reason = body.get("error"), body.get("reason", exc.reason)
     except (ValueError, AttributeError):
-        reason = exc.reason
+        error, reason = None, exc.reason
+    if exc.code == 401 and error == "not_authorised":
+        # Logged in, but its tags or permissions do not allow this.
+        return CtlError(f"access refused: {reason}", EX_NOPERM)
     if exc.code == 401:
-        return CtlError("access refused: wrong username or password, or the user may not "
-                        "use the management API", EX_NOPERM)
+        return CtlError("access refused: wrong username or password", EX_NOPERM)
     if exc.code == 404:
         return CtlError("not found", EX_DATAERR)
     if exc.code == 403:

@@ -19,13 +19,13 @@ from ..storage.message_store import MessageStore
 from ..storage.paging import Paging
 from ..storage.recovery import restore_messages
 from . import resources
-from .permissions import NONE, Permission
+from .access_control import AccessControl, Grant
+from .permissions import NO_ACCESS, Permission
 from .timers import Timers, now_ms
 from .users import User
 from .vhost import VirtualHost
 
 log = logging.getLogger("amqp_server")
-NO_ACCESS = Permission(NONE, NONE, NONE)
 
 
 @dataclass
@@ -51,6 +51,8 @@ class Broker:
     store_busy: bool = False
 
     def __post_init__(self) -> None:
+        # The one permission service: AMQP channels and the HTTP API ask it.
+        self.access = AccessControl(self.users, self.permissions, self.vhosts)
         if not self.vhosts:
             self.add_vhost(self.config.default_vhost)
         if not self.users:
@@ -90,11 +92,13 @@ class Broker:
         self.save_definitions()
 
     def _refresh_access(self, user: str, vhost: str) -> None:
-        """Open connections of the user follow the change at once."""
+        """Open connections of the user follow the change at once (without
+        permissions they keep a grant that allows nothing)."""
         for connection in self.connections:
             if (connection.user is not None and connection.user.name == user
                     and connection.vhost is not None and connection.vhost.name == vhost):
-                connection.access = self.permissions.get((user, vhost), NO_ACCESS)
+                connection.grant = self.access.login(connection.user, vhost) or \
+                    Grant(connection.user, vhost, NO_ACCESS)
 
     def delete_user(self, name: str) -> None:
         if self.users.pop(name, None) is None:

@@ -8,7 +8,7 @@ not scan the binding list.
 
 from __future__ import annotations
 
-from ..errors import precondition_failed
+from ..errors import access_refused, precondition_failed, resource_name
 from ..wire.table import FieldTable, encode_table
 from .topic import TopicTrie
 
@@ -52,6 +52,12 @@ class Exchange:
         if not isinstance(alternate, str) and policy is not None:
             alternate = policy.definition.get("alternate-exchange")
         self.alternate: str | None = alternate if isinstance(alternate, str) else None
+
+    def check_publishable(self) -> None:
+        """Only exchanges may route into an internal exchange (403)."""
+        if self.internal:
+            raise access_refused(
+                f"cannot publish to internal {resource_name('exchange', self.name, self.vhost)}")
 
     def add_binding(self, binding: Binding) -> bool:
         if binding.key in self.bindings:

@@ -35,6 +35,8 @@ _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
 _FLAG_EXPIRATION = 0x01   # high byte of the flags: bit 8
 # header[HEADER_PREFIX] & INSPECT_FLAGS: the message needs `inspect()`.
 INSPECT_FLAGS = _FLAG_HEADERS | _FLAG_EXPIRATION
+# header[HEADER_PREFIX + 1] & USER_ID_FLAG: the publish claims a user.
+USER_ID_FLAG = 0x10       # low byte of the flags: bit 4
 ROUTING_HEADERS = ("CC", "BCC")
 _U32 = struct.Struct(">I")
 

@@ -54,6 +54,9 @@ class Permission:
                 "write": self.write, "read": self.read}
 
 
+NO_ACCESS = Permission(NONE, NONE, NONE)
+
+
 def check(permission: Permission, kind: str, resource: str, name: str, vhost: str,
           user: str) -> None:
     """Raise 403 ACCESS_REFUSED unless `permission` grants `kind` on the

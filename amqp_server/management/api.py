@@ -17,18 +17,21 @@ from aiohttp import web
 
 from policies.model import PolicyError
 
-from ..errors import AMQPError
+from ..broker.access_control import NotAuthorised
+from ..broker.permissions import CONFIGURE, READ
+from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError, access_refused
 from ..wire.table import FieldTable
-from . import access, definitions, messages, metrics
+from . import definitions, messages, metrics, users
 from .requests import (
-    ADMINISTRATOR,
     BROKER,
-    POLICYMAKER,
     USER_KEY,
     BadRequest,
+    access_control,
+    changing_vhost,
+    grant_in,
     read_body as _body,
-    forbidden,
     require_admin,
+    visible_vhost,
 )
 from .shapes import (
     NODE,
@@ -41,7 +44,7 @@ from .shapes import (
     vhost_bindings,
 )
 
-MANAGEMENT_TAGS = {"administrator", "management", "monitoring", "policymaker"}
+
 def _error(status: int, error: str, reason: str) -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=status)
 
@@ -50,13 +53,21 @@ def not_found() -> web.Response:
     return _error(404, "Object Not Found", "Not Found")
 
 
+def not_authorised(reason: str) -> web.Response:
+    """RabbitMQ answers a refusal by tags, vhost or permissions with 401
+    (rabbit_mgmt_util:not_authorised), the AMQP reply text as the reason."""
+    return _error(401, "not_authorised", reason)
+
+
 @web.middleware
 async def auth_and_errors(request: web.Request, handler):
     broker = request.app[BROKER]
     if request.path != "/metrics":
-        user = _authenticate(request, broker)
+        user, refusal = _authenticate(request, broker)
         if user is None:
-            response = _error(401, "not_authorized", "Login failed")
+            if refusal is not None:
+                return not_authorised(refusal)
+            response = _error(401, "not_authorized", "Not_Authorized")
             response.headers["WWW-Authenticate"] = 'Basic realm="RabbitMQ Management"'
             return response
         request[USER_KEY] = user
@@ -66,32 +77,42 @@ async def auth_and_errors(request: web.Request, handler):
         raise
     except KeyError:
         return not_found()
+    except NotAuthorised as exc:
+        return not_authorised(str(exc))
     except (BadRequest, PolicyError) as exc:
         return _error(400, "bad_request", str(exc))
     except AMQPError as exc:
-        if exc.code == 404:
+        # What a channel would close with, as the management plugin's own
+        # channel reports it (rabbit_mgmt_util:with_channel).
+        if exc.code == NOT_FOUND:
             return not_found()
-        return _error(400, "bad_request", exc.explanation)
+        if exc.code == ACCESS_REFUSED:
+            return not_authorised(exc.reply_text)
+        return _error(400, "bad_request", f"{exc.code} {exc.reply_text}")
 
 
 def _authenticate(request: web.Request, broker):
+    """(user, None) when the request may go on; (None, reason) for a known
+    user that may not use the API; (None, None) for a failed login."""
     header = request.headers.get("Authorization", "")
     if not header.startswith("Basic "):
-        return None
+        return None, None
     try:
         username, _, password = base64.b64decode(header[6:]).decode().partition(":")
     except (binascii.Error, UnicodeDecodeError):
-        return None
+        return None, None
     user = broker.authenticate(username, password)
-    if user is None or not MANAGEMENT_TAGS & set(user.tags):
-        return None
+    if user is None:
+        return None, None
     if user.loopback_only:
         try:
             if not ipaddress.ip_address(request.remote or "").is_loopback:
-                return None
+                return None, "User can only log in via localhost"
         except ValueError:
-            return None
-    return user
+            return None, "User can only log in via localhost"
+    if not broker.access.uses_management(user):
+        return None, "Not management user"
+    return user, None
 
 
 def flag(body: dict, key: str, default: bool) -> bool:
@@ -120,10 +141,6 @@ def table(value) -> FieldTable:
     return FieldTable(value)
 
 
-def _vhost(request: web.Request):
-    return request.app[BROKER].vhosts[request.match_info["vhost"]]
-
-
 def _listing(request: web.Request, items: list[dict]) -> web.Response:
     """?sort= and ?sort_reverse= as the management API honours them."""
     sort = request.query.get("sort")
@@ -135,28 +152,43 @@ def _listing(request: web.Request, items: list[dict]) -> web.Response:
 
 
 def _vhosts(request: web.Request) -> list:
+    """The vhosts a listing covers: the one in the path, or every vhost the
+    user may see."""
     broker = request.app[BROKER]
     if "vhost" in request.match_info:
-        return [broker.vhosts[request.match_info["vhost"]]]
-    return list(broker.vhosts.values())
+        return [visible_vhost(request)]
+    names = access_control(request).visible_vhosts(request[USER_KEY])
+    return [broker.vhosts[name] for name in names]
+
+
+def _own(request: web.Request, connection) -> bool:
+    """Connections, channels and consumers the user may see."""
+    owner = connection.user.name if connection.user is not None else None
+    return access_control(request).sees_owned(request[USER_KEY], owner)
+
+
+def _connections(request: web.Request) -> list:
+    return [c for c in request.app[BROKER].connections if _own(request, c)]
 
 
 # ---- overview, vhosts, whoami -----------------------------------------------
 
 async def overview(request: web.Request) -> web.Response:
+    """Totals over the vhosts the user may see; listeners for monitors."""
     broker = request.app[BROKER]
-    queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+    vhosts = _vhosts(request)
+    queues = [q for v in vhosts for q in v.queues.values()]
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked for q in queues)
-    conns = list(broker.connections)
-    return web.json_response({
+    conns = _connections(request)
+    answer = {
         "management_version": "3.13.0", "rabbitmq_version": "3.13.0",
         "product_name": "amqp-server", "product_version": _version(),
         "cluster_name": NODE, "node": NODE,
         "object_totals": {
             "connections": len(conns),
             "channels": sum(len(c.channels) for c in conns),
-            "exchanges": sum(len(v.exchanges) for v in broker.vhosts.values()),
+            "exchanges": sum(len(v.exchanges) for v in vhosts),
             "queues": len(queues),
             "consumers": sum(len(q.consumers) for q in queues)},
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
@@ -164,8 +196,11 @@ async def overview(request: web.Request) -> web.Response:
         "message_stats": {"publish": sum(q.published for q in queues),
                           "deliver_get": sum(q.delivered for q in queues),
                           "ack": sum(q.acked for q in queues)},
-        "listeners": [{"node": NODE, "protocol": "amqp", "port": broker.config.port}],
-    })
+    }
+    if access_control(request).is_monitor(request[USER_KEY]):
+        answer["listeners"] = [{"node": NODE, "protocol": "amqp",
+                                "port": broker.config.port}]
+    return web.json_response(answer)
 
 
 def _version() -> str:
@@ -179,10 +214,11 @@ async def whoami(request: web.Request) -> web.Response:
 
 
 async def list_vhosts(request: web.Request) -> web.Response:
-    return _listing(request, [_vhost_json(v) for v in request.app[BROKER].vhosts.values()])
+    return _listing(request, [_vhost_json(v) for v in _vhosts(request)])
 
 
 async def get_vhost(request: web.Request) -> web.Response:
+    require_admin(request)  # as RabbitMQ's /api/vhosts/{name}
     return web.json_response(_vhost_json(request.app[BROKER].vhosts[request.match_info["name"]]))
 
 
@@ -201,35 +237,50 @@ async def list_queues(request: web.Request) -> web.Response:
 
 
 async def get_queue(request: web.Request) -> web.Response:
-    return web.json_response(queue_json(_vhost(request).queue(request.match_info["name"])))
+    return web.json_response(queue_json(visible_vhost(request).queue(request.match_info["name"])))
 
 
 async def put_queue(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
+    vhost = changing_vhost(request)
     name = request.match_info["name"]
     body = await _body(request)
+    arguments = table(body.get("arguments"))
+    grant_in(request, vhost).check_queue_declare(name, arguments)
     existed = name in vhost.queues
     vhost.declare_queue(name, None, durable=flag(body, "durable", True),
-                        auto_delete=flag(body, "auto_delete", False),
-                        arguments=table(body.get("arguments")))
+                        auto_delete=flag(body, "auto_delete", False), arguments=arguments)
     return web.Response(status=204 if existed else 201)
 
 
-async def delete_queue(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
+def _queue_to_act_on(request: web.Request, kind: str):
+    """The queue in the path (404 first, as RabbitMQ), after the checks the
+    AMQP method would make."""
+    vhost = changing_vhost(request)
     queue = vhost.queue(request.match_info["name"])
+    grant_in(request, vhost).check(kind, "queue", queue.name)
+    vhost.check_exclusive_access(queue, None)
+    return vhost, queue
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost, queue = _queue_to_act_on(request, CONFIGURE)
     vhost.delete_queue(queue, request.query.get("if-unused") == "true",
                        request.query.get("if-empty") == "true")
     return web.Response(status=204)
 
 
 async def purge_queue(request: web.Request) -> web.Response:
-    _vhost(request).queue(request.match_info["name"]).purge()
+    _queue_to_act_on(request, READ)[1].purge()
     return web.Response(status=204)
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    queue = _vhost(request).queue(request.match_info["name"])
+    # basic.get's order: read permission on the name, then the queue (404).
+    vhost = changing_vhost(request)
+    name = request.match_info["name"]
+    grant_in(request, vhost).check(READ, "queue", name)
+    queue = vhost.queue(name)
+    vhost.check_exclusive_access(queue, None)
     body = await _body(request)
     try:
         got = messages.get(queue, integer(body, "count", 1), body.get("ackmode", "ack_requeue_true"),
@@ -246,19 +297,21 @@ async def list_exchanges(request: web.Request) -> web.Response:
                               for x in v.exchanges.values()])
 
 
-def _exchange_name(request: web.Request) -> str:
-    name = request.match_info["name"]
+def _exchange_name(request: web.Request, key: str = "name") -> str:
+    name = request.match_info[key]
     return "" if name == "amq.default" else name
 
 
 async def get_exchange(request: web.Request) -> web.Response:
-    return web.json_response(exchange_json(_vhost(request).exchange(_exchange_name(request))))
+    return web.json_response(exchange_json(visible_vhost(request).exchange(
+        _exchange_name(request))))
 
 
 async def put_exchange(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
+    vhost = changing_vhost(request)
     name = _exchange_name(request)
     body = await _body(request)
+    grant_in(request, vhost).check(CONFIGURE, "exchange", name)
     existed = name in vhost.exchanges
     vhost.declare_exchange(name, str(body.get("type", "")), False,
                            flag(body, "durable", True), flag(body, "auto_delete", False),
@@ -267,21 +320,27 @@ async def put_exchange(request: web.Request) -> web.Response:
 
 
 async def delete_exchange(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
+    vhost = changing_vhost(request)
     name = _exchange_name(request)
     vhost.exchange(name)
+    grant_in(request, vhost).check(CONFIGURE, "exchange", name)
     vhost.delete_exchange(name, request.query.get("if-unused") == "true")
     return web.Response(status=204)
 
 
 async def publish(request: web.Request) -> web.Response:
-    vhost = _vhost(request)
+    vhost = changing_vhost(request)
     exchange = vhost.exchange(_exchange_name(request))
     body = await _body(request)
+    grant = grant_in(request, vhost)
     try:
-        routed = messages.publish(vhost, exchange, body)
+        routed = messages.publish(grant, vhost, exchange, body)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
+    except AMQPError as exc:
+        # RabbitMQ's publish route reports whatever closed its channel,
+        # a 403 included, as 400 "403 ACCESS_REFUSED - ...".
+        raise BadRequest(f"{exc.code} {exc.reply_text}") from None
     return web.json_response({"routed": routed})
 
 
@@ -289,28 +348,40 @@ async def list_bindings(request: web.Request) -> web.Response:
     return _listing(request, [b for v in _vhosts(request) for b in vhost_bindings(v)])
 
 
-def _binding_ends(request: web.Request):
-    vhost = _vhost(request)
-    source = vhost.exchange(request.match_info["source"])
+def _binding_ends(vhost, request: web.Request):
+    source = vhost.exchange(_exchange_name(request, "source"))
     kind = request.match_info["kind"]
     if kind == "q":
         destination = vhost.queue(request.match_info["destination"])
     elif kind == "e":
-        destination = vhost.exchange(request.match_info["destination"])
+        destination = vhost.exchange(_exchange_name(request, "destination"))
     else:
         raise KeyError(kind)
+    return source, destination
+
+
+def _binding_to_change(request: web.Request):
+    """Both ends (404 when missing), then queue.bind's checks: not the
+    default exchange, write on the destination, read on the source."""
+    vhost = changing_vhost(request)
+    source, destination = _binding_ends(vhost, request)
+    if source.name == "" or destination.name == "":
+        raise access_refused("operation not permitted on the default exchange")
+    grant_in(request, vhost).check_binding("queue" if destination.is_queue else "exchange",
+                        destination.name, source.name)
     return vhost, source, destination
 
 
 async def bindings_between(request: web.Request) -> web.Response:
-    vhost, source, destination = _binding_ends(request)
+    vhost = visible_vhost(request)
+    source, destination = _binding_ends(vhost, request)
     return web.json_response([
         binding_json(vhost.name, source.name, b.destination, b.routing_key, b.arguments)
         for b in source.bindings.values() if b.destination is destination])
 
 
 async def add_binding(request: web.Request) -> web.Response:
-    vhost, source, destination = _binding_ends(request)
+    vhost, source, destination = _binding_to_change(request)
     body = await _body(request)
     vhost.bind(source.name, destination, str(body.get("routing_key", "")),
                table(body.get("arguments")))
@@ -318,7 +389,7 @@ async def add_binding(request: web.Request) -> web.Response:
 
 
 async def delete_binding(request: web.Request) -> web.Response:
-    vhost, source, destination = _binding_ends(request)
+    vhost, source, destination = _binding_to_change(request)
     key = request.match_info["props"]
     for binding in list(source.bindings.values()):
         shape = binding_json(vhost.name, source.name, binding.destination,
@@ -333,18 +404,13 @@ async def delete_binding(request: web.Request) -> web.Response:
 
 def _policy_routes(operator: bool):
     def may_change(request: web.Request) -> None:
-        # RabbitMQ: policies need policymaker (or administrator) with access
-        # to the vhost; operator policies need administrator.
+        # RabbitMQ: a policy needs policymaker (or administrator) with
+        # access to the vhost; an operator policy needs administrator.
         if operator:
             require_admin(request)
-            return
-        user = request[USER_KEY]
-        if ADMINISTRATOR in user.tags:
-            return
-        vhost = request.match_info["vhost"]
-        if POLICYMAKER not in user.tags or request.app[BROKER].permission(
-                user.name, vhost) is None:
-            raise forbidden("User not authorised to access object")
+        else:
+            access_control(request).require_policymaker(request[USER_KEY],
+                                                        request.match_info["vhost"])
 
     async def listing(request: web.Request) -> web.Response:
         store = request.app[BROKER].policies
@@ -353,6 +419,7 @@ def _policy_routes(operator: bool):
                                   for p in store.in_vhost(name, operator)])
 
     async def get(request: web.Request) -> web.Response:
+        may_change(request)
         store = request.app[BROKER].policies
         policy = store.table(operator)[(request.match_info["vhost"], request.match_info["name"])]
         return web.json_response(policy.as_json())
@@ -385,18 +452,25 @@ def _policy_routes(operator: bool):
 # ---- connections, channels, consumers ----------------------------------------
 
 async def list_connections(request: web.Request) -> web.Response:
-    return _listing(request, [connection_json(c) for c in request.app[BROKER].connections])
+    return _listing(request, [connection_json(c) for c in _connections(request)])
 
 
 async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(connection_json(_connection(request)))
+    conn = _connection(request)
+    access_control(request).require_sees_owned(request[USER_KEY], _owner(conn))
+    return web.json_response(connection_json(conn))
 
 
 async def close_connection(request: web.Request) -> web.Response:
     conn = _connection(request)
+    access_control(request).require_may_close(request[USER_KEY], _owner(conn))
     reason = request.headers.get("X-Reason", "Closed via management plugin")
-    conn.shutdown(320, f"CONNECTION_FORCED - {reason}")
+    conn.shutdown(CONNECTION_FORCED, reason)  # the error adds "CONNECTION_FORCED - "
     return web.Response(status=204)
+
+
+def _owner(conn) -> str | None:
+    return conn.user.name if conn.user is not None else None
 
 
 def _connection(request: web.Request):
@@ -408,14 +482,14 @@ def _connection(request: web.Request):
 
 
 async def list_channels(request: web.Request) -> web.Response:
-    return _listing(request, [channel_json(c, ch) for c in request.app[BROKER].connections
+    return _listing(request, [channel_json(c, ch) for c in _connections(request)
                               for ch in c.channels.values()])
 
 
 async def list_consumers(request: web.Request) -> web.Response:
     wanted = {v.name for v in _vhosts(request)}
     return _listing(request, [
-        consumer_json(c, ch, consumer) for c in request.app[BROKER].connections
+        consumer_json(c, ch, consumer) for c in _connections(request)
         for ch in c.channels.values() for consumer in ch.consumers.values()
         if consumer.queue.vhost in wanted])
 
@@ -491,7 +565,7 @@ def make_app(broker) -> web.Application:
     r.add_post("/api/definitions", import_definitions)
     r.add_post("/api/definitions/{vhost}", import_definitions)
     r.add_get("/metrics", prometheus)
-    access.add_routes(r)
+    users.add_routes(r)
     return app
 
 

@@ -8,6 +8,7 @@ import binascii
 from dataclasses import fields
 
 from ..broker.message import InvalidMessage, Message
+from ..broker.permissions import WRITE
 from ..wire.frames import content_header, shortstr
 from ..wire.properties import Properties, encode_properties
 from ..wire.table import FieldTable
@@ -68,8 +69,9 @@ def _message_json(entry, remaining: int, encoding: str, limit: int | None) -> di
     }
 
 
-def publish(vhost, exchange, body: dict) -> bool:
-    """Route one message; True when at least one queue took it."""
+def publish(grant, vhost, exchange, body: dict) -> bool:
+    """Route one message as basic.publish would (write on the exchange, not
+    an internal one, `user_id` naming the user); True when a queue took it."""
     routing_key = str(body.get("routing_key", ""))
     payload = body.get("payload", "")
     encoding = body.get("payload_encoding", "string")
@@ -86,10 +88,13 @@ def publish(vhost, exchange, body: dict) -> bool:
     header = content_header(len(raw), encode_properties(props))
     message = Message(exchange.name, routing_key,
                       shortstr(exchange.name) + shortstr(routing_key), header, raw)
+    grant.check(WRITE, "exchange", exchange.name)
+    exchange.check_publishable()
     try:
         message.inspect()
     except InvalidMessage as exc:
         raise ValueError(str(exc)) from None
+    grant.check_user_id(props.user_id)
     queues = vhost.route(exchange, message.routing_keys, message)
     accepted = [queue.enqueue(message) for queue in queues]
     return bool(accepted)

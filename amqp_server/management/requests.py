@@ -1,5 +1,5 @@
 """What every handler of the HTTP API shares: the request keys, the 400
-error, and reading a JSON body."""
+error, reading a JSON body, and asking the permission service."""
 
 from __future__ import annotations
 
@@ -28,16 +28,30 @@ async def read_body(request: web.Request) -> dict:
     return body
 
 
-ADMINISTRATOR = "administrator"
-POLICYMAKER = "policymaker"
-
-
-def forbidden(reason: str) -> web.HTTPForbidden:
-    """RabbitMQ's 403 body."""
-    return web.HTTPForbidden(text=json.dumps({"error": "not_authorised", "reason": reason}),
-                             content_type="application/json")
+def access_control(request: web.Request):
+    """The broker's permission service (broker/access_control.py), which
+    the AMQP channels ask too."""
+    return request.app[BROKER].access
 
 
 def require_admin(request: web.Request) -> None:
-    if ADMINISTRATOR not in request[USER_KEY].tags:
-        raise forbidden("Not administrator user")
+    access_control(request).require_admin(request[USER_KEY])
+
+
+def visible_vhost(request: web.Request):
+    """The vhost in the path, for a route that reads its objects."""
+    name = request.match_info["vhost"]
+    access_control(request).require_visible(request[USER_KEY], name)
+    return request.app[BROKER].vhosts[name]
+
+
+def changing_vhost(request: web.Request):
+    """The vhost in the path, for a route that changes something in it."""
+    name = request.match_info["vhost"]
+    access_control(request).require_vhost(request[USER_KEY], name)
+    return request.app[BROKER].vhosts[name]
+
+
+def grant_in(request: web.Request, vhost):
+    """The user's grant in `vhost`: the checks an AMQP channel would make."""
+    return access_control(request).grant(request[USER_KEY], vhost.name)

@@ -16,8 +16,14 @@ from operator import itemgetter
 
 from pamqp import commands as spec
 
-from ..broker.permissions import CONFIGURE, READ, WRITE, check
-from ..broker.message import HEADER_PREFIX, INSPECT_FLAGS, InvalidMessage, Message
+from ..broker.permissions import CONFIGURE, READ, WRITE
+from ..broker.message import (
+    HEADER_PREFIX,
+    INSPECT_FLAGS,
+    USER_ID_FLAG,
+    InvalidMessage,
+    Message,
+)
 from ..broker.queue import REJECTED
 from ..broker.vhost import server_generated_name
 from ..errors import (
@@ -223,40 +229,46 @@ class Channel:
         self._header = None
         message = Message(exchange, routing_key, route, header, body)
         if self.tx is not None:
-            self._exchange_for_publish(exchange)
-            self._inspect(message)
-            self.tx.append(("publish", message, mandatory))
+            self._publish_in_tx(message, mandatory)
         else:
             self.publish(message, mandatory)
 
     def _allow(self, kind: str, resource: str, name: str) -> None:
         """403 unless the user may `kind` (configure/write/read) the resource."""
-        access = self.conn.access
-        if not access.unrestricted:
-            check(access, kind, resource, name, self.vhost.name, self.conn.user.name)
+        grant = self.conn.grant
+        if not grant.unrestricted:
+            grant.check(kind, resource, name)
 
     def _exchange_for_publish(self, name: str):
         self._allow(WRITE, "exchange", name)
         exchange = self.vhost.exchanges.get(name)
         if exchange is None:
             raise not_found(f"no {resource_name('exchange', name, self.vhost.name)}")
-        if exchange.internal:
-            raise access_refused(
-                f"cannot publish to internal {resource_name('exchange', name, self.vhost.name)}")
+        exchange.check_publishable()
         return exchange
 
-    @staticmethod
-    def _inspect(message: Message) -> None:
-        try:
-            message.inspect()
-        except InvalidMessage as exc:
-            raise precondition_failed(str(exc)) from None
+    def _check_content(self, message: Message) -> None:
+        """What the properties must pass before routing, read only when the
+        flags say they are there: CC/BCC and expiration (406 when malformed)
+        and a `user_id` that must name the logged-in user."""
+        header = message.header
+        if header[HEADER_PREFIX] & INSPECT_FLAGS:
+            try:
+                message.inspect()
+            except InvalidMessage as exc:
+                raise precondition_failed(str(exc)) from None
+        if header[HEADER_PREFIX + 1] & USER_ID_FLAG:
+            self.conn.grant.check_user_id(message.properties.user_id)
 
-    def publish(self, message: Message, mandatory: bool, inspected: bool = False) -> None:
+    def publish(self, message: Message, mandatory: bool) -> None:
         exchange = self._exchange_for_publish(message.exchange)
-        if not inspected and message.header[HEADER_PREFIX] & INSPECT_FLAGS:
-            self._inspect(message)
-        queues = self.vhost.route(exchange, message.routing_keys, message)
+        header = message.header
+        if header[HEADER_PREFIX] & INSPECT_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
+            self._check_content(message)
+        self._enqueue(message, self.vhost.route(exchange, message.routing_keys, message),
+                      mandatory)
+
+    def _enqueue(self, message: Message, queues, mandatory: bool) -> None:
         refused = False
         if queues:
             for queue in queues:
@@ -267,12 +279,24 @@ class Channel:
         if self.confirm:
             self._confirm(message, refused)
 
+    def _publish_in_tx(self, message: Message, mandatory: bool) -> None:
+        """As RabbitMQ: a transactional publish is checked and routed when it
+        arrives, and queued at commit to the queues it was routed to then, so
+        an exchange deleted in between cannot fail the commit."""
+        exchange = self._exchange_for_publish(message.exchange)
+        self._check_content(message)
+        queues = self.vhost.route(exchange, message.routing_keys, message)
+        self.tx.append(("publish", message, mandatory, [queue.name for queue in queues]))
+
     def publish_run(self, messages: list, mandatory: bool) -> None:
         """Messages published back to back with the same exchange, routing
         key and properties: routed once, and queued together where every
         queue they go to is plain.  The same outcome as `publish` for each."""
         first = messages[0]
         exchange = self._exchange_for_publish(first.exchange)
+        if first.header[HEADER_PREFIX + 1] & USER_ID_FLAG:
+            # One user_id for the whole run: checked once.
+            self.conn.grant.check_user_id(first.properties.user_id)
         queues = None
         if not first.header[HEADER_PREFIX] & INSPECT_FLAGS:
             # No headers and no expiration: routing cannot differ between them.
@@ -619,10 +643,7 @@ class Channel:
         return self.vhost.exchange(destination)
 
     def _allow_binding(self, kind: str, destination: str, source: str) -> None:
-        """rabbit_channel binding_action: write on the destination, read on
-        the source exchange."""
-        self._allow(WRITE, kind, destination)
-        self._allow(READ, "exchange", source)
+        self.conn.grant.check_binding(kind, destination, source)
 
     @staticmethod
     def _check_not_default(*names: str) -> None:
@@ -634,18 +655,8 @@ class Channel:
     def _queue_declare(self, method) -> None:
         vhost = self.vhost
         name = method.queue.replace("\r", "").replace("\n", "")
-        if not method.passive and not self.conn.access.unrestricted:
-            checked = name or "amq.gen-"  # the name the broker will generate
-            self._allow(CONFIGURE, "queue", checked)
-            arguments = method.arguments or {}
-            for key in ("x-dead-letter-exchange", "x-dead-letter-address", "x-expiry-address"):
-                target = arguments.get(key)
-                if isinstance(target, (str, bytes)):
-                    # Seed 002: dead-lettering to an exchange needs write on
-                    # it and read on the queue, checked at declare.
-                    self._allow(WRITE, "exchange",
-                                target.decode() if isinstance(target, bytes) else target)
-                    self._allow(READ, "queue", checked)
+        if not method.passive:
+            self.conn.grant.check_queue_declare(name, method.arguments)
         queue = vhost.declare_queue(
             name, self.conn, method.passive,
             method.durable, method.exclusive, method.auto_delete, method.arguments)
@@ -709,19 +720,29 @@ class Channel:
     def _tx_commit(self, method) -> None:
         if self.tx is None:
             raise precondition_failed("channel is not transactional")
-        actions, self.tx = self.tx, []
+        actions = self.tx
         generation = 0  # the store flush that makes the persistent ones durable
-        for action in actions:
-            if action[0] == "publish":
-                message = action[1]
-                self.publish(message, action[2], inspected=True)  # checked when sent
-                generation = max(generation, message.stored_gen or 0)
-            elif action[0] == "ack":
-                self._settle(action[1])
-            elif action[2]:
-                self._requeue(action[1])
-            else:
-                self._discard(action[1])
+        done = 0
+        try:
+            for action in actions:
+                if action[0] == "publish":
+                    _, message, mandatory, names = action
+                    queues = self.vhost.queues
+                    self._enqueue(message, [queues[name] for name in names if name in queues],
+                                  mandatory)
+                    generation = max(generation, message.stored_gen or 0)
+                elif action[0] == "ack":
+                    self._settle(action[1])
+                elif action[2]:
+                    self._requeue(action[1])
+                else:
+                    self._discard(action[1])
+                done += 1
+        finally:
+            # Should anything fail part-way, the acks and rejects not yet
+            # applied stay in the transaction, and closing the channel puts
+            # their messages back in their queues: none is lost.
+            del actions[:done]
         commit_ok = frames.method_frame(self.number, make(spec.Tx.CommitOk))
         store = self.conn.broker.store
         if generation and (self._held or generation > store.synced):

@@ -91,7 +91,7 @@ class Connection:
         self.client_properties: dict = {}
         self.name = peer_host
         self.user = None
-        self.access = None  # the user's Permission in the open vhost
+        self.grant = None  # the user's rights in the open vhost (access_control.Grant)
         self.vhost = None
         self.frame_max = self.config.frame_max
         self.channel_max = self.config.channel_max
@@ -592,11 +592,11 @@ class Connection:
         if 0 <= limit <= len(self.broker.connections):
             raise not_allowed("connection refused: node connection limit "
                               f"({limit}) is reached").for_method(10, 40)
-        access = self.broker.permission(self.user.name, vhost.name)
-        if access is None:
+        grant = self.broker.access.login(self.user, vhost.name)
+        if grant is None:
             raise not_allowed(f"access to vhost '{vhost.name}' refused for user "
                               f"'{self.user.name}'").for_method(10, 40)
-        self.access = access
+        self.grant = grant
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from ..broker.permissions import Permission, PermissionError_
 from ..broker.users import HASHING_ALGORITHM, User, hash_password
-from .requests import BROKER, BadRequest, read_body, require_admin
+from .requests import BROKER, USER_KEY, BadRequest, read_body, require_admin
 
 
 def _broker(request: web.Request):
@@ -69,9 +69,13 @@ async def put_vhost(request: web.Request) -> web.Response:
     require_admin(request)
     broker = _broker(request)
     name = request.match_info["name"]
-    existed = name in broker.vhosts
+    if name in broker.vhosts:
+        return web.Response(status=204)
     broker.add_vhost(name)
-    return web.Response(status=204 if existed else 201)
+    # As RabbitMQ's API (rabbit_vhost:maybe_grant_full_permissions): whoever
+    # creates a vhost may use it at once.
+    broker.set_permission(request[USER_KEY].name, name, Permission())
+    return web.Response(status=201)
 
 
 async def delete_vhost(request: web.Request) -> web.Response:
