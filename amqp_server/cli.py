@@ -12,7 +12,8 @@ import sys
 from .broker.broker import Broker
 from .config import BrokerConfig, ConfigError
 from .loops import new_event_loop
-from .server import Server
+from .server import ListenError, Server
+from .storage.lock import DataDirError
 
 log = logging.getLogger("amqp_server")
 
@@ -76,9 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(f"amqp-server: cannot listen on {config.host} (AMQP port {config.port}, "
-              f"management port {config.management_port}): {exc.strerror}", file=sys.stderr)
+    except (DataDirError, ListenError) as exc:
+        print(f"amqp-server: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # anything else the system refused, as it said it
+        print(f"amqp-server: {exc}", file=sys.stderr)
         return 1
     finally:
         loop.close()

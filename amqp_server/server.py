@@ -9,6 +9,7 @@ here because they need a clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import logging
@@ -210,6 +211,19 @@ def tls_context(config) -> ssl.SSLContext | None:
     return context
 
 
+class ListenError(OSError):
+    """A listener could not be opened; the message names which and why."""
+
+
+@contextlib.contextmanager
+def listening(what: str, host: str, port: int):
+    try:
+        yield
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port} ({what}): "
+                          f"{exc.strerror or exc}") from None
+
+
 class Server:
     """Listens for AMQP connections on behalf of one broker."""
 
@@ -225,8 +239,18 @@ class Server:
         self._reaper = None
         self._resource_check = None
         self.management: ManagementServer | None = None
+        self._storage_closed = False
 
     async def start(self) -> None:
+        """Open the data directory (DataDirError), then listen (ListenError);
+        a start that fails part-way gives the data directory back."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._close_storage()
+            raise
+
+    async def _start(self) -> None:
         tune_gc()
         loop = asyncio.get_running_loop()
         broker = self.broker
@@ -241,20 +265,23 @@ class Server:
         if period > 0:  # -1: no reaper, expired messages die at the head only
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
-        self._server = await loop.create_server(
-            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
+        with listening("AMQP", self.host, self.port):
+            self._server = await loop.create_server(
+                lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("AMQP 0-9-1 listening on %s:%d", self.host, self.port)
         context = tls_context(broker.config)
         if context is not None:
-            self._tls_server = await loop.create_server(
-                lambda: AMQPProtocol(self), self.host, self.tls_port, reuse_address=True,
-                ssl=context, ssl_handshake_timeout=broker.config.handshake_timeout / 1000)
+            with listening("AMQPS", self.host, self.tls_port):
+                self._tls_server = await loop.create_server(
+                    lambda: AMQPProtocol(self), self.host, self.tls_port, reuse_address=True,
+                    ssl=context, ssl_handshake_timeout=broker.config.handshake_timeout / 1000)
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
             log.info("AMQP 0-9-1 over TLS listening on %s:%d", self.host, self.tls_port)
         if broker.config.management_port >= 0:
             self.management = ManagementServer(broker, self.host, broker.config.management_port)
-            await self.management.start()
+            with listening("management", self.host, broker.config.management_port):
+                await self.management.start()
             log.info("management HTTP API listening on %s:%d", self.host,
                      self.management.port)
 
@@ -289,6 +316,22 @@ class Server:
         for listener in (self._server, self._tls_server):
             if listener is not None:
                 await listener.wait_closed()
-        if self.broker.store is not None:
-            await self.broker.store.shutdown()
-            self.broker.dead_letter_log.close()
+        await self._close_storage()
+
+    async def _close_storage(self) -> None:
+        """Flush and close the stores, then give the data directory up
+        (once, whether the start failed or the broker stops)."""
+        if self._storage_closed:
+            return
+        self._storage_closed = True
+        for listener in (self._server, self._tls_server):
+            if listener is not None:
+                listener.close()
+        if self.management is not None:
+            await self.management.stop()
+        broker = self.broker
+        if broker.store is not None:
+            await broker.store.shutdown()
+        if broker.dead_letter_log is not None:
+            broker.dead_letter_log.close()
+        broker.close_data_dir()

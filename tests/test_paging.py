@@ -7,20 +7,17 @@ from __future__ import annotations
 import pytest
 
 from amqp_server.broker.broker import Broker
-from amqp_server.config import BrokerConfig
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
 from tests.test_queue_deaths import TakeAll, message
-from tests.test_storage import persistent, segment_files
+from tests.test_storage import open_broker as open_storage_broker, persistent, segment_files
 
 THRESHOLD = 10
 
 
 def open_broker(path, **config) -> Broker:
     config.setdefault("paging_threshold", THRESHOLD)
-    broker = Broker(BrokerConfig(data_dir=str(path), **config))
-    broker.open_data_dir()
-    return broker
+    return open_storage_broker(path, **config)[0]
 
 
 def page_files(path) -> list:

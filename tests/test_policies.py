@@ -154,6 +154,7 @@ def test_policies_persist(tmp_path):
     broker.set_policy("/", "op", ".*", {"max-length": 9}, operator=True)
     saved = json.loads((tmp_path / "policies.json").read_text())
     assert saved["policies"][0]["definition"] == {"max-length": 4}
+    broker.close_data_dir()
     again = Broker(BrokerConfig(data_dir=str(tmp_path)))
     assert again.open_data_dir() == []
     queue = again.vhosts["/"].declare_queue("abc", None)

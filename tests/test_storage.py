@@ -3,6 +3,8 @@ deletion, and restarts of every kind of definition."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 
 from amqp_server.broker.broker import Broker
@@ -17,9 +19,20 @@ def persistent(key: str, body: bytes = b"x", **props):
     return message(key, body, delivery_mode=2, **props)
 
 
-def open_broker(path) -> tuple[Broker, list[str]]:
-    broker = Broker(BrokerConfig(data_dir=str(path)))
+# The broker last opened on each data directory by these tests.
+_opened: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def open_broker(path, **config) -> tuple[Broker, list[str]]:
+    """A broker on `path`.  Opening another one where a broker is open
+    stands for a restart after a crash: the old one's lock goes first, as
+    the kernel drops the lock of a killed broker."""
+    crashed = _opened.pop(str(path), None)
+    if crashed is not None:
+        crashed.close_data_dir()
+    broker = Broker(BrokerConfig(data_dir=str(path), **config))
     problems = broker.open_data_dir()
+    _opened[str(path)] = broker
     return broker, problems
 
 
@@ -99,8 +112,7 @@ def test_empty_and_missing_segments_do_not_stop_a_start(tmp_path):
 
 
 def test_acked_messages_stay_gone_and_drained_segments_are_deleted(tmp_path):
-    broker = Broker(BrokerConfig(data_dir=str(tmp_path)))
-    broker.open_data_dir()
+    broker, _ = open_broker(tmp_path)
     broker.store.log.segment_size = 200  # roll often
     queue = broker.vhosts["/"].declare_queue("q", None, durable=True)
     publish_n(broker, "q", 20)

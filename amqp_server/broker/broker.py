@@ -15,6 +15,7 @@ from ..config import BrokerConfig
 from ..management import definitions
 from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definitions import DefinitionStore
+from ..storage.lock import DataDirError, DataDirLock
 from ..storage.message_store import MessageStore
 from ..storage.paging import Paging
 from ..storage.recovery import restore_messages
@@ -43,6 +44,7 @@ class Broker:
     store: MessageStore | None = None
     paging: Paging | None = None
     dead_letter_log: DeadLetterLog | None = None
+    data_dir_lock: DataDirLock | None = None
     # Resource alarms in force ("disk", "memory"); the shell watches them.
     alarms: set = field(default_factory=set)
     on_alarm: Callable[[], None] = lambda: None
@@ -189,9 +191,25 @@ class Broker:
     # ---- durable state -------------------------------------------------
 
     def open_data_dir(self) -> list[str]:
-        """Load persisted state from the data directory, apply it, and keep
-        persisting from now on.  Returns what could not be recovered."""
+        """Lock the data directory (DataDirError when another broker holds
+        it, or it cannot be used), load persisted state from it, apply it,
+        and keep persisting from now on.  Returns what could not be recovered."""
         data_dir = Path(self.config.data_dir)
+        lock = DataDirLock(data_dir)
+        lock.acquire()
+        self.data_dir_lock = lock
+        try:
+            return self._load_data_dir(data_dir)
+        except OSError as exc:
+            raise DataDirError(f"cannot use data directory {data_dir}: {exc}") from None
+
+    def close_data_dir(self) -> None:
+        """After the store has shut down: another broker may take the directory."""
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.release()
+            self.data_dir_lock = None
+
+    def _load_data_dir(self, data_dir: Path) -> list[str]:
         problems = self.policies.open(data_dir)
         self.definitions = DefinitionStore(data_dir)
         saved = self.definitions.load()

@@ -585,4 +585,5 @@ class ManagementServer:
 
     async def stop(self) -> None:
         if self._runner is not None:
-            await self._runner.cleanup()
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
