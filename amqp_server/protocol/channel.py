@@ -244,7 +244,8 @@ class Channel:
         exchange = self.vhost.exchanges.get(name)
         if exchange is None:
             raise not_found(f"no {resource_name('exchange', name, self.vhost.name)}")
-        exchange.check_publishable()
+        if exchange.internal:  # the attribute first: this runs for every publish
+            exchange.check_publishable()
         return exchange
 
     def _check_content(self, message: Message) -> None:
