@@ -27,7 +27,8 @@ class BrokerConfig:
     default_vhost: str = "/"
     default_user: str = "guest"
     default_pass: str = "guest"
-    default_user_loopback_only: bool = True
+    # RabbitMQ's loopback_users: these users may log in from this machine only.
+    loopback_users: list = field(default_factory=lambda: ["guest"])
     # RabbitMQ's defaults (rabbit.app): frame_max 131072, channel_max 2047,
     # heartbeat 60 s.
     frame_max: int = 131072
@@ -127,6 +128,9 @@ class BrokerConfig:
                 raise ConfigError(
                     f"config key {key!r} must be {expected.__name__}, got {value!r}")
             setattr(config, key, value)
+        if not all(isinstance(name, str) for name in config.loopback_users):
+            raise ConfigError("config key 'loopback_users' must be a list of user names, "
+                              f"got {config.loopback_users!r}")
         if config.max_redelivery_records < -1:
             raise ConfigError("config key 'max_redelivery_records' must be -1 or more, "
                               f"got {config.max_redelivery_records}")

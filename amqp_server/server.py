@@ -324,14 +324,21 @@ class Server:
         if self._storage_closed:
             return
         self._storage_closed = True
+        for timer in (self._reaper, self._resource_check):
+            if timer is not None:
+                timer.cancel()
         for listener in (self._server, self._tls_server):
             if listener is not None:
                 listener.close()
-        if self.management is not None:
-            await self.management.stop()
         broker = self.broker
-        if broker.store is not None:
-            await broker.store.shutdown()
-        if broker.dead_letter_log is not None:
-            broker.dead_letter_log.close()
-        broker.close_data_dir()
+        try:
+            if self.management is not None:
+                await self.management.stop()
+            if broker.store is not None:
+                await broker.store.shutdown()
+        finally:
+            try:
+                if broker.dead_letter_log is not None:
+                    broker.dead_letter_log.close()
+            finally:
+                broker.close_data_dir()

@@ -234,4 +234,4 @@ def test_definitions_from_before_permissions_keep_full_access():
                 "users": [{"name": "old", "password_hash": broker.users["guest"].password_hash,
                            "tags": []}]}
     definitions.import_(broker, document)
-    assert broker.permission("old", "v2").unrestricted
+    assert broker.permissions[("old", "v2")].unrestricted

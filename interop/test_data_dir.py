@@ -17,7 +17,10 @@ from pathlib import Path
 import pika
 import pytest
 
+from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
+from amqp_server.loops import new_event_loop
+from amqp_server.server import ListenError, Server
 from amqp_server.storage.lock import DataDirError
 from amqp_server.testing import BrokerThread
 
@@ -117,3 +120,19 @@ def test_a_busy_port_is_named_as_the_cause(data_dir):
     assert err.startswith(f"amqp-server: cannot listen on 127.0.0.1:{port} (AMQP): ")
     # ... and the failed start gave the data directory back.
     BrokerProcess(data_dir).stop()
+
+
+def test_a_start_that_fails_in_process_gives_the_data_dir_back(data_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = Broker(BrokerConfig(data_dir=data_dir, port=port, management_port=-1))
+        loop = new_event_loop()
+        try:
+            with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port}"):
+                loop.run_until_complete(Server(broker, "127.0.0.1", port).start())
+        finally:
+            loop.close()
+    with BrokerThread(BrokerConfig(port=0, management_port=0), data_dir=data_dir):
+        pass

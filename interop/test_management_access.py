@@ -14,7 +14,6 @@ from policies.ctl import main as amqpctl
 
 from .test_access import connect, ctl
 from .test_management import http
-from .waiting import wait_for
 
 PW = "pw"
 MESSAGE = {"routing_key": "secret", "payload": "x", "payload_encoding": "string",
@@ -149,6 +148,12 @@ def test_permission_regexes_apply_over_http_as_over_amqp(users):
                    {"routing_key": "k"})[0] == 201
     assert http_refusal("DELETE", "/api/exchanges/%2F/amq.direct") == amqp_refusal(
         lambda ch: ch.exchange_delete("amq.direct"))
+    # An alternate exchange is where unroutable messages get published.
+    alternate = {"alternate-exchange": "amq.fanout"}
+    assert http_refusal("PUT", "/api/exchanges/%2F/lim.ae",
+                        {"type": "direct", "arguments": alternate}) == amqp_refusal(
+        lambda ch: ch.exchange_declare("lim.ae", "direct", arguments=alternate)) == (
+        "ACCESS_REFUSED - access to exchange 'amq.fanout' in vhost '/' refused for user 'lim'")
     # A refused publish is a 400 carrying the channel's 403, as RabbitMQ's.
     status, answer = as_user(broker, "lim", "POST", "/api/exchanges/%2F/amq.fanout/publish",
                              MESSAGE)
@@ -217,4 +222,4 @@ def test_amqpctl_reports_what_the_user_may_not_do(users, capsys):
     assert amqpctl([*as_mandy, "list_queues", "-p", "other"]) == 0
     assert "theirs" in capsys.readouterr().out
     assert amqpctl([*as_mandy, "delete_queue", "secret"]) == 77
-    assert wait_for(lambda: depth(broker, "secret") == 1)
+    assert depth(broker, "secret") == 1

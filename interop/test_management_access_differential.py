@@ -6,6 +6,7 @@ to).  Both brokers are set up the same way over their own HTTP API."""
 
 from __future__ import annotations
 
+import pika
 import pytest
 
 from .test_management import call
@@ -138,3 +139,22 @@ def test_status_codes_for_every_tag_match_rabbitmq(both):
         assert 401 in codes, user
         if user != "md.nobody":
             assert codes & {200, 201, 204}, user
+
+
+def exclusive_binding(base: str, amqp_url: str) -> tuple[int, int]:
+    """Statuses of binding, then unbinding, another connection's exclusive
+    queue over HTTP as an administrator."""
+    owner = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    name = owner.channel().queue_declare("", exclusive=True).method.queue
+    path = f"/api/bindings/%2F/e/amq.direct/q/{name}"
+    try:
+        return (call(base, "POST", path, {"routing_key": "k"})[0],
+                call(base, "DELETE", path + "/k")[0])
+    finally:
+        owner.close()
+
+
+def test_another_connections_exclusive_queue_cannot_be_bound_over_http(broker, rabbitmq_url,
+                                                                      rabbitmq_management_url):
+    ours = exclusive_binding(broker.management_url, broker.url)
+    assert ours == exclusive_binding(rabbitmq_management_url, rabbitmq_url) == (400, 404)

@@ -23,12 +23,13 @@ def refusal(url: str, user_id: str) -> tuple:
     conn = pika.BlockingConnection(pika.URLParameters(url))
     channel = conn.channel()
     channel.confirm_delivery()
-    channel.queue_declare("uid", auto_delete=True)
+    channel.queue_declare("uid")
     try:
         with pytest.raises(ChannelClosedByBroker) as info:
             publish_as(channel, user_id)
         return info.value.reply_code, info.value.reply_text
     finally:
+        conn.channel().queue_delete("uid")
         conn.close()
 
 

@@ -12,8 +12,11 @@ from amqp_server.broker.permissions import CONFIGURE, READ, WRITE, Permission
 from amqp_server.broker.users import User
 from amqp_server.config import BrokerConfig
 from amqp_server.errors import AMQPError
+from amqp_server.protocol.connection import Connection
+from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties
+from amqp_server.wire.table import FieldTable
 
 from .test_connection_sansio import methods, open_connection
 from .test_publish_runs import call, publish
@@ -90,14 +93,28 @@ def test_a_grant_checks_regexes_with_rabbitmqs_words():
         grant.check(WRITE, "exchange", "")
 
 
-def test_declaring_a_queue_with_a_dead_letter_target_needs_write_on_it():
+def test_creating_a_queue_with_a_dead_letter_target_needs_write_on_it():
     grant = Grant(user("lim"), "/", Permission(r"^lim\.", r"^lim\.", r"^lim\."))
-    grant.check_queue_declare("lim.q", {"x-dead-letter-exchange": "lim.dlx"})
+    grant.check_queue_declare("lim.q", {"x-dead-letter-exchange": "lim.dlx"}, exists=False)
     for key in ("x-dead-letter-exchange", "x-dead-letter-address", "x-expiry-address"):
         with pytest.raises(AMQPError, match="exchange 'dlx' in vhost '/'"):
-            grant.check_queue_declare("lim.q", {key: "dlx"})
+            grant.check_queue_declare("lim.q", {key: "dlx"}, exists=False)
+    # As RabbitMQ: only when the queue is created, read on it comes first.
+    grant.check_queue_declare("lim.q", {"x-dead-letter-exchange": "dlx"}, exists=True)
+    reader = Grant(user("w"), "/", Permission(".*", ".*", r"^lim\."))
+    with pytest.raises(AMQPError, match="queue 'q'"):
+        reader.check_queue_declare("q", {"x-dead-letter-exchange": "nope"}, exists=False)
     with pytest.raises(AMQPError, match="queue 'amq.gen-'"):
-        grant.check_queue_declare("", None)
+        grant.check_queue_declare("", None, exists=False)
+
+
+def test_creating_an_exchange_with_an_alternate_needs_write_on_the_alternate():
+    grant = Grant(user("lim"), "/", Permission(r"^lim\.", r"^lim\.", r"^lim\."))
+    grant.check_exchange_declare("lim.x", {"alternate-exchange": "lim.ae"}, exists=False)
+    with pytest.raises(AMQPError, match="exchange 'amq.fanout'"):
+        grant.check_exchange_declare("lim.x", {"alternate-exchange": "amq.fanout"},
+                                     exists=False)
+    grant.check_exchange_declare("lim.x", {"alternate-exchange": "amq.fanout"}, exists=True)
 
 
 def test_user_id_must_name_the_user_unless_impersonating():
@@ -120,22 +137,24 @@ def channel_close(conn) -> tuple | None:
 
 
 def test_a_run_of_publishes_claiming_another_user_is_refused_whole():
-    """Identical publishes read in one go take the run path; the user_id
-    rule holds there as for a single publish, and none is queued."""
+    """Identical publishes read in one go take the run path (once a publish
+    with the same properties has been seen); the user_id rule holds there
+    as for a single publish, and none is queued."""
     broker = Broker(BrokerConfig())
     conn = open_connection(broker)
     call(conn, 1, make(spec.Queue.Declare, queue="q"))
     claimed = Properties(user_id="mallory")
-    conn.receive_data(b"".join(publish("q", b"x", claimed) for _ in range(20)))
+    conn.receive_data(publish("q", b"x", claimed))  # refused: channel 1 closes
     assert channel_close(conn) == (
         406, "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated "
              "user was 'guest'")
-    assert broker.vhosts["/"].queues["q"].message_count == 0
-    conn.receive_data(b"".join(publish("q", b"x", Properties(user_id="guest"))
-                               for _ in range(20)))
-    assert broker.vhosts["/"].queues["q"].message_count == 0  # channel 1 is closed
+    call(conn, 1, make(spec.Channel.CloseOk))
     call(conn, 2, make(spec.Channel.Open))
-    conn.receive_data(b"".join(publish("q", b"x", Properties(user_id="guest"), channel=2)
+    conn.receive_data(b"".join(publish("q", b"x", claimed, channel=2) for _ in range(20)))
+    assert channel_close(conn)[0] == 406
+    assert broker.vhosts["/"].queues["q"].message_count == 0
+    call(conn, 3, make(spec.Channel.Open))
+    conn.receive_data(b"".join(publish("q", b"x", Properties(user_id="guest"), channel=3)
                                for _ in range(20)))
     assert broker.vhosts["/"].queues["q"].message_count == 20
 
@@ -147,3 +166,21 @@ def test_a_transactional_publish_is_checked_when_it_arrives():
     call(conn, 1, make(spec.Tx.Select))
     conn.receive_data(publish("q", b"x", Properties(user_id="mallory")))
     assert channel_close(conn)[0] == 406
+
+
+def test_guest_logs_in_from_loopback_only_even_after_a_restart(tmp_path):
+    """The loopback rule follows the user's name (RabbitMQ's loopback_users),
+    not a flag that a restart could lose."""
+    first = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    first.open_data_dir()
+    first.close_data_dir()
+    again = Broker(BrokerConfig(data_dir=str(tmp_path)))
+    again.open_data_dir()
+    for host, loopback in (("203.0.113.9", False), ("127.0.0.1", True)):
+        conn = Connection(again, host, is_loopback=loopback)
+        conn.receive_data(frames.PROTOCOL_HEADER)
+        conn.receive_data(frames.method_frame(0, make(
+            spec.Connection.StartOk, client_properties=FieldTable(), mechanism="PLAIN",
+            response=b"\x00guest\x00guest", locale="en_US")))
+        assert (conn.login_refusal is None) == loopback
+    again.close_data_dir()

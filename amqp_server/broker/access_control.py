@@ -23,7 +23,7 @@ rabbit_mgmt_util (what the tags allow over HTTP, refused with 401
 
 from __future__ import annotations
 
-from ..errors import precondition_failed
+from ..errors import access_refused, precondition_failed
 from .permissions import CONFIGURE, READ, WRITE, Permission, check
 from .users import User
 
@@ -37,6 +37,12 @@ MANAGEMENT_TAGS = frozenset({ADMINISTRATOR, MONITORING, POLICYMAKER, MANAGEMENT}
 # Queue arguments that name an exchange the queue will publish its dead
 # letters to: declaring such a queue needs write on that exchange.
 DEAD_LETTER_TARGETS = ("x-dead-letter-exchange", "x-dead-letter-address", "x-expiry-address")
+
+
+def check_not_default(*exchanges: str) -> None:
+    """Bindings to or from the default exchange are refused (rabbit_channel)."""
+    if "" in exchanges:
+        raise access_refused("operation not permitted on the default exchange")
 
 
 class NotAuthorised(Exception):
@@ -62,20 +68,36 @@ class Grant:
         if not self.unrestricted:
             check(self.permission, kind, resource, name, self.vhost, self.user.name)
 
-    def check_queue_declare(self, name: str, arguments) -> None:
-        """configure on the queue (a server-named one as `amq.gen-`); a
-        dead-letter or expiry exchange needs write on it and read on the
-        queue (seed 002), checked at declare."""
+    def check_queue_declare(self, name: str, arguments, exists: bool) -> None:
+        """configure on the queue (a server-named one as `amq.gen-`); when
+        it is created with a dead-letter or expiry exchange, read on the
+        queue and write on that exchange (seed 002; rabbit_channel checks
+        in this order, and only for a new queue)."""
         if self.unrestricted:
             return
         checked = name or "amq.gen-"
         self.check(CONFIGURE, "queue", checked)
+        if exists:
+            return
         for key in DEAD_LETTER_TARGETS:
             target = (arguments or {}).get(key)
             if isinstance(target, (str, bytes)):
+                self.check(READ, "queue", checked)
                 self.check(WRITE, "exchange",
                            target.decode() if isinstance(target, bytes) else target)
-                self.check(READ, "queue", checked)
+
+    def check_exchange_declare(self, name: str, arguments, exists: bool) -> None:
+        """configure on the exchange; when it is created with an alternate
+        exchange, read on it and write on the alternate, which is where its
+        unroutable messages will be published (rabbit_channel)."""
+        if self.unrestricted:
+            return
+        self.check(CONFIGURE, "exchange", name)
+        alternate = (arguments or {}).get("alternate-exchange")
+        if not exists and isinstance(alternate, (str, bytes)):
+            self.check(READ, "exchange", name)
+            self.check(WRITE, "exchange",
+                       alternate.decode() if isinstance(alternate, bytes) else alternate)
 
     def check_binding(self, destination_kind: str, destination: str, source: str) -> None:
         """rabbit_channel binding_action: write on the destination, read on
@@ -96,10 +118,17 @@ class AccessControl:
     """Answers for the broker's users and permissions (it reads the broker's
     own tables, so changes apply at once)."""
 
-    def __init__(self, users: dict, permissions: dict, vhosts: dict) -> None:
+    def __init__(self, users: dict, permissions: dict, vhosts: dict,
+                 loopback_users: list[str] = ()) -> None:
         self.users = users
         self.permissions = permissions
         self.vhosts = vhosts
+        self.loopback_users = frozenset(loopback_users)
+
+    def may_connect_from(self, user: User, is_loopback: bool) -> bool:
+        """RabbitMQ's loopback_users (guest by default) log in from this
+        machine only, whatever the user's record says."""
+        return is_loopback or user.name not in self.loopback_users
 
     # ---- AMQP: vhost login ----------------------------------------------
 

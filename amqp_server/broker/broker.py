@@ -54,14 +54,14 @@ class Broker:
 
     def __post_init__(self) -> None:
         # The one permission service: AMQP channels and the HTTP API ask it.
-        self.access = AccessControl(self.users, self.permissions, self.vhosts)
+        self.access = AccessControl(self.users, self.permissions, self.vhosts,
+                                    self.config.loopback_users)
         if not self.vhosts:
             self.add_vhost(self.config.default_vhost)
         if not self.users:
             # RabbitMQ's default user may only log in from loopback.
             self.users[self.config.default_user] = User.with_password(
-                self.config.default_user, self.config.default_pass,
-                ("administrator",), loopback_only=self.config.default_user_loopback_only)
+                self.config.default_user, self.config.default_pass, ("administrator",))
             self.permissions[(self.config.default_user, self.config.default_vhost)] = \
                 Permission()
 
@@ -75,9 +75,6 @@ class Broker:
                 self._attach(vhost)
                 self.save_definitions()
         return vhost
-
-    def permission(self, user: str, vhost: str) -> Permission | None:
-        return self.permissions.get((user, vhost))
 
     def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
         if user not in self.users:
@@ -107,6 +104,7 @@ class Broker:
             raise KeyError(f"user '{name}' not found")
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
+            self._refresh_access(*key)
         self.save_definitions()
 
     def delete_vhost(self, name: str) -> None:
@@ -200,7 +198,9 @@ class Broker:
         self.data_dir_lock = lock
         try:
             return self._load_data_dir(data_dir)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
+            lock.release()
+            self.data_dir_lock = None
             raise DataDirError(f"cannot use data directory {data_dir}: {exc}") from None
 
     def close_data_dir(self) -> None:

@@ -34,12 +34,10 @@ class User:
     name: str
     password_hash: str
     tags: tuple[str, ...] = ()
-    loopback_only: bool = False
 
     @classmethod
-    def with_password(cls, name: str, password: str, tags: tuple[str, ...] = (),
-                      loopback_only: bool = False) -> "User":
-        return cls(name, hash_password(password), tuple(tags), loopback_only)
+    def with_password(cls, name: str, password: str, tags: tuple[str, ...] = ()) -> "User":
+        return cls(name, hash_password(password), tuple(tags))
 
     def check_password(self, password: str) -> bool:
         return password_matches(self.password_hash, password)

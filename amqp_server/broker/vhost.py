@@ -31,6 +31,7 @@ from ..errors import (
     resource_name,
 )
 from ..wire.table import FieldTable, typed_value
+from .access_control import check_not_default
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .dead_letterer import DeadLetterer
@@ -367,8 +368,7 @@ class VirtualHost:
             self._drop_binding(binding)
 
     def _binding_source(self, name: str) -> Exchange:
-        if name == "":
-            raise access_refused("operation not permitted on the default exchange")
+        check_not_default(name)
         return self.exchange(name)
 
     def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:

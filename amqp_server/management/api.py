@@ -17,9 +17,9 @@ from aiohttp import web
 
 from policies.model import PolicyError
 
-from ..broker.access_control import NotAuthorised
+from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
-from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError, access_refused
+from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
 from . import definitions, messages, metrics, users
 from .requests import (
@@ -104,12 +104,12 @@ def _authenticate(request: web.Request, broker):
     user = broker.authenticate(username, password)
     if user is None:
         return None, None
-    if user.loopback_only:
-        try:
-            if not ipaddress.ip_address(request.remote or "").is_loopback:
-                return None, "User can only log in via localhost"
-        except ValueError:
-            return None, "User can only log in via localhost"
+    try:
+        loopback = ipaddress.ip_address(request.remote or "").is_loopback
+    except ValueError:
+        loopback = False
+    if not broker.access.may_connect_from(user, loopback):
+        return None, "User can only log in via localhost"
     if not broker.access.uses_management(user):
         return None, "Not management user"
     return user, None
@@ -163,8 +163,7 @@ def _vhosts(request: web.Request) -> list:
 
 def _own(request: web.Request, connection) -> bool:
     """Connections, channels and consumers the user may see."""
-    owner = connection.user.name if connection.user is not None else None
-    return access_control(request).sees_owned(request[USER_KEY], owner)
+    return access_control(request).sees_owned(request[USER_KEY], _owner(connection))
 
 
 def _connections(request: web.Request) -> list:
@@ -245,8 +244,8 @@ async def put_queue(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     body = await _body(request)
     arguments = table(body.get("arguments"))
-    grant_in(request, vhost).check_queue_declare(name, arguments)
     existed = name in vhost.queues
+    grant_in(request, vhost).check_queue_declare(name, arguments, existed)
     vhost.declare_queue(name, None, durable=flag(body, "durable", True),
                         auto_delete=flag(body, "auto_delete", False), arguments=arguments)
     return web.Response(status=204 if existed else 201)
@@ -311,11 +310,12 @@ async def put_exchange(request: web.Request) -> web.Response:
     vhost = changing_vhost(request)
     name = _exchange_name(request)
     body = await _body(request)
-    grant_in(request, vhost).check(CONFIGURE, "exchange", name)
+    arguments = table(body.get("arguments"))
     existed = name in vhost.exchanges
+    grant_in(request, vhost).check_exchange_declare(name, arguments, existed)
     vhost.declare_exchange(name, str(body.get("type", "")), False,
                            flag(body, "durable", True), flag(body, "auto_delete", False),
-                           flag(body, "internal", False), table(body.get("arguments")))
+                           flag(body, "internal", False), arguments)
     return web.Response(status=204 if existed else 201)
 
 
@@ -360,16 +360,14 @@ def _binding_ends(vhost, request: web.Request):
     return source, destination
 
 
-def _binding_to_change(request: web.Request):
-    """Both ends (404 when missing), then queue.bind's checks: not the
-    default exchange, write on the destination, read on the source."""
-    vhost = changing_vhost(request)
-    source, destination = _binding_ends(vhost, request)
-    if source.name == "" or destination.name == "":
-        raise access_refused("operation not permitted on the default exchange")
+def _check_binding_change(request: web.Request, vhost, source, destination) -> None:
+    """queue.bind's checks: not the default exchange, write on the
+    destination, read on the source, and nobody else's exclusive queue."""
+    check_not_default(source.name, destination.name)
     grant_in(request, vhost).check_binding("queue" if destination.is_queue else "exchange",
-                        destination.name, source.name)
-    return vhost, source, destination
+                                          destination.name, source.name)
+    if destination.is_queue:
+        vhost.check_exclusive_access(destination, None)
 
 
 async def bindings_between(request: web.Request) -> web.Response:
@@ -381,7 +379,9 @@ async def bindings_between(request: web.Request) -> web.Response:
 
 
 async def add_binding(request: web.Request) -> web.Response:
-    vhost, source, destination = _binding_to_change(request)
+    vhost = changing_vhost(request)
+    source, destination = _binding_ends(vhost, request)  # 404 first, as RabbitMQ
+    _check_binding_change(request, vhost, source, destination)
     body = await _body(request)
     vhost.bind(source.name, destination, str(body.get("routing_key", "")),
                table(body.get("arguments")))
@@ -389,12 +389,14 @@ async def add_binding(request: web.Request) -> web.Response:
 
 
 async def delete_binding(request: web.Request) -> web.Response:
-    vhost, source, destination = _binding_to_change(request)
+    vhost = changing_vhost(request)
+    source, destination = _binding_ends(vhost, request)
     key = request.match_info["props"]
     for binding in list(source.bindings.values()):
         shape = binding_json(vhost.name, source.name, binding.destination,
                              binding.routing_key, binding.arguments)
         if binding.destination is destination and shape["properties_key"] == key:
+            _check_binding_change(request, vhost, source, destination)
             vhost.unbind(source.name, destination, binding.routing_key, binding.arguments)
             return web.Response(status=204)
     return not_found()

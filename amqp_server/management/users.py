@@ -1,6 +1,6 @@
 """Users, vhosts and permissions over HTTP, with RabbitMQ's paths and JSON
 shapes (/api/users, /api/vhosts/{name}, /api/permissions/{vhost}/{user}).
-Changing them needs the `administrator` tag, as in RabbitMQ; 403
+Changing them needs the `administrator` tag, as in RabbitMQ; 401
 {"error": "not_authorised"} otherwise."""
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ async def put_user(request: web.Request) -> web.Response:
     else:
         raise BadRequest("password or password_hash must be given")
     tags = _tags(body["tags"]) if "tags" in body else (existing.tags if existing else ())
-    broker.users[name] = User(name, password_hash, tags,
-                              existing.loopback_only if existing else False)
+    broker.users[name] = User(name, password_hash, tags)
     broker.save_definitions()
     return web.Response(status=204 if existing else 201)
 

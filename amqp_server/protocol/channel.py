@@ -16,6 +16,7 @@ from operator import itemgetter
 
 from pamqp import commands as spec
 
+from ..broker.access_control import check_not_default
 from ..broker.permissions import CONFIGURE, READ, WRITE
 from ..broker.message import (
     HEADER_PREFIX,
@@ -40,7 +41,7 @@ from ..errors import (
 )
 from ..wire import frames
 from ..wire.methods import make
-from ..wire.properties import check_properties
+from ..wire.properties import check_properties, user_id
 from .consumer import Consumer
 
 _BODY_SIZE = struct.Struct(">Q")
@@ -78,6 +79,7 @@ class Channel:
                                       .persist_delivery_count_before_delivery)
         self.tx: list | None = None
         self.last_queue = ""
+        self._user_id_checked = None  # the last header whose user_id passed
         # content being assembled: (exchange, routing key, route bytes, mandatory)
         self._publish: tuple | None = None
         self._header: bytes | None = None
@@ -250,16 +252,24 @@ class Channel:
 
     def _check_content(self, message: Message) -> None:
         """What the properties must pass before routing, read only when the
-        flags say they are there: CC/BCC and expiration (406 when malformed)
-        and a `user_id` that must name the logged-in user."""
+        flags say they are there, in RabbitMQ's order: a `user_id` that must
+        name the logged-in user, then expiration and CC/BCC (406 when
+        malformed)."""
         header = message.header
+        if header[HEADER_PREFIX + 1] & USER_ID_FLAG:
+            self._check_user_id(header)
         if header[HEADER_PREFIX] & INSPECT_FLAGS:
             try:
                 message.inspect()
             except InvalidMessage as exc:
                 raise precondition_failed(str(exc)) from None
-        if header[HEADER_PREFIX + 1] & USER_ID_FLAG:
-            self.conn.grant.check_user_id(message.properties.user_id)
+
+    def _check_user_id(self, header: bytes) -> None:
+        """Read in place, and once per header object: publishes that repeat
+        their properties share one (connection._fused_publish)."""
+        if header is not self._user_id_checked:
+            self.conn.grant.check_user_id(user_id(header, HEADER_PREFIX))
+            self._user_id_checked = header
 
     def publish(self, message: Message, mandatory: bool) -> None:
         exchange = self._exchange_for_publish(message.exchange)
@@ -296,8 +306,7 @@ class Channel:
         first = messages[0]
         exchange = self._exchange_for_publish(first.exchange)
         if first.header[HEADER_PREFIX + 1] & USER_ID_FLAG:
-            # One user_id for the whole run: checked once.
-            self.conn.grant.check_user_id(first.properties.user_id)
+            self._check_user_id(first.header)  # the same properties for the whole run
         queues = None
         if not first.header[HEADER_PREFIX] & INSPECT_FLAGS:
             # No headers and no expiration: routing cannot differ between them.
@@ -608,7 +617,8 @@ class Channel:
 
     def _exchange_declare(self, method) -> None:
         if not method.passive:
-            self._allow(CONFIGURE, "exchange", method.exchange)
+            self.conn.grant.check_exchange_declare(
+                method.exchange, method.arguments, method.exchange in self.vhost.exchanges)
         self.vhost.declare_exchange(
             method.exchange, method.exchange_type, method.passive, method.durable,
             method.auto_delete, method.internal, method.arguments)
@@ -629,7 +639,7 @@ class Channel:
             self.send(make(spec.Exchange.BindOk))
 
     def _exchange_unbind(self, method) -> None:
-        self._check_not_default(method.destination, method.source)
+        check_not_default(method.destination, method.source)
         self._allow_binding("exchange", method.destination, method.source)
         source = self.vhost.exchanges.get(method.source)
         destination = self.vhost.exchanges.get(method.destination)
@@ -639,17 +649,12 @@ class Channel:
             self.send(make(spec.Exchange.UnbindOk))
 
     def _e2e_destination(self, destination: str, source: str):
-        self._check_not_default(destination, source)
+        check_not_default(destination, source)
         self.vhost.exchange(source)
         return self.vhost.exchange(destination)
 
     def _allow_binding(self, kind: str, destination: str, source: str) -> None:
         self.conn.grant.check_binding(kind, destination, source)
-
-    @staticmethod
-    def _check_not_default(*names: str) -> None:
-        if "" in names:
-            raise access_refused("operation not permitted on the default exchange")
 
     # ---- queue.* -------------------------------------------------------
 
@@ -657,7 +662,7 @@ class Channel:
         vhost = self.vhost
         name = method.queue.replace("\r", "").replace("\n", "")
         if not method.passive:
-            self.conn.grant.check_queue_declare(name, method.arguments)
+            self.conn.grant.check_queue_declare(name, method.arguments, name in vhost.queues)
         queue = vhost.declare_queue(
             name, self.conn, method.passive,
             method.durable, method.exclusive, method.auto_delete, method.arguments)
@@ -672,7 +677,7 @@ class Channel:
     def _queue_bind(self, method) -> None:
         name = self._queue_name(method.queue)
         routing_key = method.routing_key or (name if method.queue == "" else "")
-        self._check_not_default(method.exchange)
+        check_not_default(method.exchange)
         self._allow_binding("queue", name, method.exchange)
         self.vhost.exchange(method.exchange)
         queue = self._owned_queue(name)
@@ -683,7 +688,7 @@ class Channel:
     def _queue_unbind(self, method) -> None:
         name = self._queue_name(method.queue)
         routing_key = method.routing_key or (name if method.queue == "" else "")
-        self._check_not_default(method.exchange)
+        check_not_default(method.exchange)
         self._allow_binding("queue", name, method.exchange)
         queue = self.vhost.queues.get(name)
         if queue is not None and method.exchange in self.vhost.exchanges:

@@ -541,7 +541,7 @@ class Connection:
         if user is None:
             self._refuse_login(mechanism, f"user '{username}' - invalid credentials")
             return
-        if user.loopback_only and not self.is_loopback:
+        if not self.broker.access.may_connect_from(user, self.is_loopback):
             self._refuse_login(mechanism, f"user '{username}' can only connect via localhost")
             return
         self.user = user

@@ -20,7 +20,10 @@ class DefinitionStore:
     def load(self) -> dict | None:
         if not self.path.exists():
             return None
-        return json.loads(self.path.read_text())
+        try:
+            return json.loads(self.path.read_text())
+        except ValueError as exc:
+            raise ValueError(f"{self.path} is not valid JSON: {exc}") from None
 
     def save(self, document: dict) -> None:
         tmp = self.path.with_suffix(".tmp")

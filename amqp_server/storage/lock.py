@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import weakref
 from pathlib import Path
 
 LOCK_FILE = "broker.lock"
@@ -60,11 +61,15 @@ class DataDirLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        # A broker dropped without closing its data directory gives it back
+        # when it is collected.
+        self._finalizer = weakref.finalize(self, os.close, fd)
 
     def release(self) -> None:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        self._finalizer.detach()
         try:
             os.ftruncate(fd, 0)
         finally:

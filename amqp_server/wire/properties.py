@@ -237,6 +237,25 @@ def delivery_mode(header: bytes, offset: int) -> int | None:
     return header[pos]
 
 
+def user_id(header: bytes, offset: int) -> str | None:
+    """The user-id property read in place: what comes before it is skipped
+    (the headers table included), never decoded.  The header has passed
+    `check_properties`."""
+    flags, pos = _property_flags(header[offset:offset + 8])
+    pos += offset
+    for name, kind in _present(flags):
+        if kind == "shortstr":
+            length = header[pos]
+            if name == "user_id":
+                return header[pos + 1:pos + 1 + length].decode("utf-8", "surrogateescape")
+            pos += 1 + length
+        elif kind == "table":
+            pos += 4 + _U32.unpack_from(header, pos)[0]
+        else:
+            pos += _SIZES[kind]
+    return None
+
+
 def simple_properties(header: bytes, offset: int) -> dict:
     """Every property except the headers table, read in place (the table
     is skipped, not decoded): what a log line needs, cheaply."""
