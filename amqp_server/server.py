@@ -259,6 +259,7 @@ class Server:
             log.warning("%s", problem)
         if broker.store is not None:
             broker.store.attach(loop)
+            broker.journal.attach(loop)
             broker.dead_letter_log.attach(loop)
         broker.on_alarm = self._alarm_changed
         period = broker.config.message_expiry_scan_period
@@ -336,6 +337,8 @@ class Server:
                 await self.management.stop()
             if broker.store is not None:
                 await broker.store.shutdown()
+            if broker.journal is not None:
+                await broker.journal.shutdown()
         finally:
             try:
                 if broker.dead_letter_log is not None:

@@ -159,3 +159,29 @@ def test_names_that_are_not_utf8_are_stored(data_dir):
     with BrokerThread(data_dir=data_dir) as broker:
         queues = broker.broker.vhosts["/"].queues
         assert (queues[name].message_count, queues["good"].message_count) == (1, 1)
+
+
+def test_declared_queues_and_bindings_survive_kill_9(data_dir):
+    """Each change is written before its reply goes out: a broker killed
+    right after declares and binds comes back with every one of them."""
+    broker = BrokerProcess(data_dir)
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    channel = conn.channel()
+    channel.exchange_declare("routes", "direct", durable=True)
+    for n in range(300):
+        channel.queue_declare(f"declared-{n}", durable=True,
+                              arguments={"x-dead-letter-exchange": "dlx"})
+        channel.queue_bind(f"declared-{n}", "routes", f"key-{n}")
+    broker.kill9()
+    broker = BrokerProcess(data_dir)
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        channel = conn.channel()
+        channel.confirm_delivery()
+        for n in (0, 150, 299):
+            channel.queue_declare(f"declared-{n}", passive=True)
+            channel.basic_publish("routes", f"key-{n}", b"routed")
+            assert channel.queue_declare(f"declared-{n}", passive=True).method.message_count == 1
+        conn.close()
+    finally:
+        broker.stop()

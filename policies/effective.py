@@ -102,6 +102,9 @@ _NAMES = {s.key: [s] for s in QUEUE_SETTINGS if s.alias_of is None and s.field i
 for _alias in QUEUE_SETTINGS:
     if _alias.alias_of is not None:
         _NAMES[_alias.alias_of].append(_alias)
+# Any of a setting's names, as an argument or as a key, -> the setting's names.
+_BY_ARGUMENT = {s.argument: names for names in _NAMES.values() for s in names if s.argument}
+_BY_KEY = {s.key: names for names in _NAMES.values() for s in names}
 
 
 def _layer(names, lookup):
@@ -111,6 +114,15 @@ def _layer(names, lookup):
         if value is not None:
             return _plain(value)
     return None
+
+
+def _named(arguments, policy, operator_policy, address) -> list:
+    """The settings that some layer names, in registry order: only those
+    need merging (most queues name none or a few)."""
+    wanted = {id(names) for names in map(_BY_ARGUMENT.get, arguments) if names}
+    for layer in (policy, operator_policy, address):
+        wanted.update(id(names) for names in map(_BY_KEY.get, layer) if names)
+    return [names for names in _NAMES.values() if id(names) in wanted]
 
 
 def resolve(arguments: FieldTable | None, policy: dict | None = None,
@@ -124,7 +136,7 @@ def resolve(arguments: FieldTable | None, policy: dict | None = None,
     operator_policy = operator_policy or {}
     address = address_settings or {}
     values: dict = {"queue_type": queue_type_of(arguments)}
-    for names in _NAMES.values():
+    for names in _named(arguments, policy, operator_policy, address):
         setting = names[0]
         argument = _layer(names, lambda s: arguments.get(s.argument) if s.argument else None)
         from_policy = _layer(names, lambda s: policy.get(s.key))

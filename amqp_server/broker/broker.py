@@ -14,7 +14,13 @@ from policies.store import PolicyStore
 from ..config import BrokerConfig
 from ..management import definitions
 from ..storage.dead_letter_log import DeadLetterLog
-from ..storage.definitions import DefinitionStore
+from ..storage.definition_log import NO_JOURNAL, DefinitionLog
+from ..storage.definitions import (
+    journal_everything,
+    legacy_document,
+    legacy_path,
+    restore_definitions,
+)
 from ..storage.lock import DataDirError, DataDirLock
 from ..storage.message_store import MessageStore
 from ..storage.paging import Paging
@@ -40,7 +46,7 @@ class Broker:
     timers: Timers = field(default_factory=Timers)
     policies: PolicyStore = field(default_factory=PolicyStore)
     # Set by open_data_dir: without them the broker keeps nothing on disk.
-    definitions: DefinitionStore | None = None
+    journal: DefinitionLog | None = None  # durable definitions' changes
     store: MessageStore | None = None
     paging: Paging | None = None
     dead_letter_log: DeadLetterLog | None = None
@@ -71,9 +77,9 @@ class Broker:
             vhost = self.vhosts[name] = VirtualHost(
                 name, self.timers, self.policies, self.config.policy_precedence == "policy",
                 self.config.address_settings)
-            if self.definitions is not None:
+            if self.journal is not None:
                 self._attach(vhost)
-                self.save_definitions()
+                self.journal.vhost_added(name)
         return vhost
 
     def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
@@ -82,13 +88,13 @@ class Broker:
         self._vhost(vhost)
         self.permissions[(user, vhost)] = permission
         self._refresh_access(user, vhost)
-        self.save_definitions()
+        self._journal().permission_set(user, vhost, permission)
 
     def clear_permission(self, user: str, vhost: str) -> None:
         if self.permissions.pop((user, vhost), None) is None:
             raise KeyError(f"no permissions for user '{user}' in vhost '{vhost}'")
         self._refresh_access(user, vhost)
-        self.save_definitions()
+        self._journal().permission_cleared(user, vhost)
 
     def _refresh_access(self, user: str, vhost: str) -> None:
         """Open connections of the user follow the change at once (without
@@ -99,13 +105,19 @@ class Broker:
                 connection.grant = self.access.login(connection.user, vhost) or \
                     Grant(connection.user, vhost, NO_ACCESS)
 
+    def put_user(self, user: User) -> None:
+        """Create or replace a user."""
+        self.users[user.name] = user
+        self._journal().user_put(user)
+
     def delete_user(self, name: str) -> None:
         if self.users.pop(name, None) is None:
             raise KeyError(f"user '{name}' not found")
         for key in [key for key in self.permissions if key[0] == name]:
             del self.permissions[key]
             self._refresh_access(*key)
-        self.save_definitions()
+            self._journal().permission_cleared(*key)
+        self._journal().user_deleted(name)
 
     def delete_vhost(self, name: str) -> None:
         vhost = self._vhost(name)
@@ -116,7 +128,7 @@ class Broker:
         del self.vhosts[name]
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]
-        self.save_definitions()
+        self._journal().vhost_deleted(name)
 
     def authenticate(self, username: str, password: str) -> User | None:
         user = self.users.get(username)
@@ -138,8 +150,8 @@ class Broker:
             if self.paging is not None:
                 self.set_paging_pressure(
                     used > limit * config.vm_memory_high_watermark_paging_ratio)
-        if self.definitions is None:
-            return
+        if self.journal is None:
+            return  # no data directory
         free = resources.disk_free(config.data_dir)
         if free is not None:
             self.set_alarm("disk", free < config.disk_free_limit)
@@ -210,11 +222,27 @@ class Broker:
             self.data_dir_lock = None
 
     def _load_data_dir(self, data_dir: Path) -> list[str]:
+        # Hundreds of thousands of recovered definitions and millions of
+        # messages, none of them cyclic: collecting while they are built
+        # would only scan them again and again.
+        gc.disable()
+        try:
+            return self._recover(data_dir)
+        finally:
+            gc.enable()
+
+    def _recover(self, data_dir: Path) -> list[str]:
         problems = self.policies.open(data_dir)
-        self.definitions = DefinitionStore(data_dir)
-        saved = self.definitions.load()
-        if saved is not None:
-            definitions.import_(self, saved)
+        journal = DefinitionLog(data_dir)
+        saved, damaged = journal.recover()
+        problems.extend(damaged)
+        fresh = not any(saved.values())
+        legacy = legacy_document(data_dir) if fresh else None
+        if not fresh:
+            problems.extend(restore_definitions(self, saved))
+        elif legacy is not None:
+            definitions.import_(self, legacy)  # written by an earlier version
+        del saved
         config = self.config
         self.dead_letter_log = DeadLetterLog(
             data_dir / "dead-letters", config.dead_letter_log_file_bytes,
@@ -226,25 +254,23 @@ class Broker:
         self.paging = Paging(data_dir / "paging", max(1, config.paging_threshold),
                              max(1, config.paging_threshold_bytes),
                              max(1, config.paging_pressure_threshold))
+        self.journal = journal
         for vhost in self.vhosts.values():
             self._attach(vhost)
-        # Millions of recovered objects, none of them cyclic: collecting
-        # while they are built would only scan them again and again.
-        gc.disable()
-        try:
-            recovered = self.store.recover()
-            problems.extend(recovered.problems)
-            problems.extend(restore_messages(self, recovered))
-            del recovered
-        finally:
-            gc.enable()
-        for vhost in self.vhosts.values():
-            vhost.reapply_policies()
-        self.save_definitions()
+        if fresh:
+            # A new data directory (or one from before the log): everything
+            # there is now, defaults included, is its first state.
+            with journal.batch():
+                journal_everything(self)
+            if legacy is not None:
+                legacy_path(data_dir).unlink()
+        recovered = self.store.recover()
+        problems.extend(recovered.problems)
+        problems.extend(restore_messages(self, recovered))
         return problems
 
     def _attach(self, vhost: VirtualHost) -> None:
-        vhost.on_change = self.save_definitions
+        vhost.journal = self.journal
         vhost.store = self.store
         vhost.paging = self.paging
         vhost.dead_letterer.log = self.dead_letter_log
@@ -253,13 +279,8 @@ class Broker:
             if queue.durable:
                 queue.store = self.store
 
-    def save_definitions(self) -> None:
-        if self.definitions is None:
-            return
-        document = definitions.export(self, durable_only=True)
-        document.pop("policies", None)
-        document.pop("operator_policies", None)
-        self.definitions.save(document)
+    def _journal(self):
+        return self.journal if self.journal is not None else NO_JOURNAL
 
     # ---- policies ------------------------------------------------------
 

@@ -52,6 +52,9 @@ def _discard(queue: "Queue", messages: list[Message], reason: str) -> None:
 
 class Queue:
     is_queue = True
+    # Collision-avoidance jitter needs no state of its own per queue (a
+    # Random is 2.5 KB); tests give a queue its own, seeded.
+    rng = random.Random()
 
     def __init__(self, vhost: str, name: str, durable: bool = False,
                  exclusive_owner: object | None = None, auto_delete: bool = False,
@@ -87,7 +90,6 @@ class Queue:
         self.scheduled: list[tuple[float, int, Entry]] = []
         self._scheduled_ties = itertools.count()
         self._redelivery_alarm = Alarm(self.timers, self._on_redelivery_alarm)
-        self.rng = random.Random()  # collision-avoidance jitter; tests seed it
         # x-expires: the virtual host deletes a queue unused for that long.
         self.on_unused: Callable[[Queue], None] | None = None
         self.last_used = now_ms()

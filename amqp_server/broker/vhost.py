@@ -30,7 +30,8 @@ from ..errors import (
     resource_locked,
     resource_name,
 )
-from ..wire.table import FieldTable, typed_value
+from ..storage.definition_log import NO_JOURNAL, persists
+from ..wire.table import FieldTable, encode_table, typed_value
 from .access_control import check_not_default
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
@@ -50,6 +51,8 @@ QUEUE_EQUIVALENCE_ARGS = (
     *sorted(ARTEMIS_ARGUMENTS), QPID_MAX_DELIVERY_COUNT, QPID_DLQ_ENABLED,
 )
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
+# Distinct (arguments, policies) whose merged settings a vhost keeps.
+SETTINGS_KEPT = 4096
 
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -126,10 +129,11 @@ class VirtualHost:
         self.policy_wins = policy_wins
         self.address_settings = address_settings or AddressSettings()
         # Durability, set by the broker once it has a data directory.
-        self.on_change = lambda: None  # a durable definition changed
+        self.journal = NO_JOURNAL  # where durable definitions' changes go
         self.store = None
         self.paging = None
         self.dead_letterer = DeadLetterer(self)
+        self._settings_made: dict[tuple, object] = {}
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
         for xname, xtype in STANDARD_EXCHANGES:
@@ -188,7 +192,7 @@ class VirtualHost:
             exchange.apply_policy(match_exchange(self.policies.in_vhost(self.name), name))
             self.exchanges[name] = exchange
             if durable:
-                self.on_change()
+                self.journal.exchange_declared(exchange)
             return exchange
         for field, old, new in (
             ("type", existing.type_name, type_name),
@@ -230,7 +234,7 @@ class VirtualHost:
                 if binding.destination is exchange:
                     self._drop_binding(binding)
         if exchange.durable:
-            self.on_change()
+            self.journal.exchange_deleted(exchange)
 
     # ---- queues --------------------------------------------------------
 
@@ -292,8 +296,8 @@ class VirtualHost:
         queue.touch()
         if queue.durable:
             queue.store = self.store
-            if not queue.auto_delete:
-                self.on_change()
+            if persists(queue):
+                self.journal.queue_declared(queue)
         if queue.settings.qpid_dlq_enabled:
             exchange, dlq = qpid_names(name)
             self.ensure_dead_letter_queue(exchange, "fanout", dlq, queue.durable, "", None)
@@ -343,8 +347,8 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             queue.remove_consumer(consumer)
             consumer.cancelled_by_broker()
-        if queue.durable:
-            self.on_change()
+        if persists(queue):
+            self.journal.queue_deleted(queue)
         return count
 
     # ---- bindings ------------------------------------------------------
@@ -357,8 +361,8 @@ class VirtualHost:
         if source.add_binding(binding):
             if destination.is_queue:
                 destination.bindings[(source.name, binding.key)] = binding
-            if source.durable and destination.durable:
-                self.on_change()
+            if persists(source) and persists(destination):
+                self.journal.binding_added(self.name, binding)
 
     def unbind(self, source_name: str, destination: Queue | Exchange, routing_key: str,
                arguments: FieldTable | None) -> None:
@@ -376,8 +380,8 @@ class VirtualHost:
         source.remove_binding(binding.key)
         if binding.destination.is_queue:
             binding.destination.bindings.pop((source.name, binding.key), None)
-        if source.durable and binding.destination.durable:
-            self.on_change()
+        if persists(source) and persists(binding.destination):
+            self.journal.binding_removed(self.name, binding)
         # An auto-delete exchange goes with its last binding (RabbitMQ).
         if cascade and source.auto_delete and not source.bindings:
             self._remove_exchange(source)
@@ -412,9 +416,17 @@ class VirtualHost:
         policy = match_queue(self.policies.in_vhost(self.name), name, queue_type)
         operator = match_queue(self.policies.in_vhost(self.name, operator=True), name,
                                queue_type)
-        settings = resolve(arguments, policy.definition if policy else None,
-                           operator.definition if operator else None, self.policy_wins,
-                           self.address_settings.match(name))
+        address = self.address_settings.match(name)
+        # Queues alike (a restart brings back thousands declared the same
+        # way) share one settings object, merged once.
+        key = (encode_table(arguments), policy, operator, tuple(address.items()))
+        settings = self._settings_made.get(key)
+        if settings is None:
+            if len(self._settings_made) >= SETTINGS_KEPT:
+                self._settings_made.clear()
+            settings = self._settings_made[key] = resolve(
+                arguments, policy.definition if policy else None,
+                operator.definition if operator else None, self.policy_wins, address)
         return settings, policy, operator
 
     def reapply_policies(self) -> None:

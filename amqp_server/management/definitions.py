@@ -10,14 +10,12 @@ from ..wire.table import FieldTable
 from .shapes import jsonable
 
 
-def export(broker, only_vhost: str | None = None, durable_only: bool = False) -> dict:
-    """The definitions document; `durable_only` keeps what survives a
-    restart (durable exchanges, durable queues that are neither exclusive
-    nor auto-delete, bindings between two of those)."""
+def export(broker, only_vhost: str | None = None) -> dict:
+    """The definitions document (exclusive queues left out, as RabbitMQ)."""
     vhosts = ([broker.vhosts[only_vhost]] if only_vhost is not None
               else list(broker.vhosts.values()))
     scoped = only_vhost is not None
-    keep = _survives if durable_only else _not_exclusive
+    keep = _not_exclusive
 
     def tag(item: dict, vhost) -> dict:
         if not scoped:
@@ -57,14 +55,6 @@ def _not_exclusive(thing) -> bool:
     return not getattr(thing, "exclusive", False)
 
 
-def _survives(thing) -> bool:
-    if not thing.durable:
-        return False
-    if thing.is_queue:
-        return not thing.exclusive and not thing.auto_delete
-    return True
-
-
 def _policy(policy) -> dict:
     item = policy.as_json()
     del item["vhost"]
@@ -91,20 +81,21 @@ def import_(broker, document: dict, only_vhost: str | None = None) -> None:
             tags = item.get("tags", [])
             if isinstance(tags, str):
                 tags = [t for t in tags.split(",") if t]
-            broker.users[item["name"]] = User(item["name"], item["password_hash"], tuple(tags))
+            broker.put_user(User(item["name"], item["password_hash"], tuple(tags)))
         if "permissions" in document:
             for item in document["permissions"]:
                 if item["user"] not in broker.users or item["vhost"] not in broker.vhosts:
                     raise ValueError(f"permissions of user '{item['user']}' in vhost "
                                      f"'{item['vhost']}': no such user or vhost")
-                broker.permissions[(item["user"], item["vhost"])] = Permission(
-                    item.get("configure", ""), item.get("write", ""), item.get("read", ""))
+                broker.set_permission(item["user"], item["vhost"], Permission(
+                    item.get("configure", ""), item.get("write", ""), item.get("read", "")))
         else:
             # Definitions saved before permissions existed: every user had
             # every vhost, and keeps it.
             for item in document.get("users", []):
-                for vhost in broker.vhosts:
-                    broker.permissions.setdefault((item["name"], vhost), Permission())
+                for vhost in list(broker.vhosts):
+                    if (item["name"], vhost) not in broker.permissions:
+                        broker.set_permission(item["name"], vhost, Permission())
     for kind, operator in (("policies", False), ("operator_policies", True)):
         for item in document.get(kind, []):
             broker.set_policy(where(item), item["name"], item["pattern"], item["definition"],

@@ -53,8 +53,7 @@ async def put_user(request: web.Request) -> web.Response:
     else:
         raise BadRequest("password or password_hash must be given")
     tags = _tags(body["tags"]) if "tags" in body else (existing.tags if existing else ())
-    broker.users[name] = User(name, password_hash, tags)
-    broker.save_definitions()
+    broker.put_user(User(name, password_hash, tags))
     return web.Response(status=204 if existing else 201)
 
 

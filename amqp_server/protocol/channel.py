@@ -27,6 +27,7 @@ from ..broker.message import (
 )
 from ..broker.queue import REJECTED
 from ..broker.vhost import server_generated_name
+from ..storage.definition_log import NO_JOURNAL
 from ..errors import (
     AMQPError,
     access_refused,
@@ -71,10 +72,14 @@ class Channel:
         self._confirm_pending = False
         self._nacks: list[int] = []  # publish seqs a full queue refused
         # (publish seq, store generation): confirms that wait for an fsync
-        self._durable_waits: deque[tuple[int, int]] = deque()
+        # (publish seq, store generation, definition log generation):
+        # confirms that wait for an fsync of the message and of the
+        # definitions (its queue's declaration) changed before it.
+        self._durable_waits: deque[tuple[int, int, int]] = deque()
         # persist-delivery-count-before-delivery: (store generation, frames)
         # of deliveries held until their count record is on disk, in order.
-        self._held: deque[tuple[int, bytes]] = deque()
+        self._held: deque[tuple[int, int, bytes]] = deque()
+        self._journal = connection.broker.journal or NO_JOURNAL
         self.count_before_delivery = (connection.broker.config
                                       .persist_delivery_count_before_delivery)
         self.tx: list | None = None
@@ -132,12 +137,11 @@ class Channel:
         upto = self.publish_seq
         waits = self._durable_waits
         if waits:
-            store = self.conn.broker.store
-            while waits and waits[0][1] <= store.synced:
+            while waits and self._on_disk(waits[0][1], waits[0][2]):
                 waits.popleft()
             if waits:
                 upto = waits[0][0] - 1
-                store.wait(self)
+                self._wait_for_disk(waits[0][1], waits[0][2])
         if upto <= self.confirmed_upto:
             return
         nacks = self._nacks
@@ -149,6 +153,16 @@ class Channel:
             self.confirmed_upto = seq
         if upto > self.confirmed_upto:
             self._write_ack(upto)
+
+    def _on_disk(self, generation: int, definitions: int) -> bool:
+        return (generation <= self.conn.broker.store.synced
+                and definitions <= self._journal.synced)
+
+    def _wait_for_disk(self, generation: int, definitions: int) -> None:
+        if generation > self.conn.broker.store.synced:
+            self.conn.broker.store.wait(self)
+        if definitions > self._journal.synced:
+            self._journal.wait(self)
 
     def durable_progress(self) -> None:
         """The store flushed: confirms and deliveries waiting for it may go out."""
@@ -334,7 +348,8 @@ class Channel:
         if refused:
             self._nacks.append(self.publish_seq)
         elif message.stored_gen is not None:
-            self._durable_waits.append((self.publish_seq, message.stored_gen))
+            self._durable_waits.append((self.publish_seq, message.stored_gen,
+                                        self._journal.pending()))
         if not self._confirm_pending:
             self._confirm_pending = True
             self.conn.confirms_due(self)
@@ -384,21 +399,20 @@ class Channel:
         generation = store.count_delivery(queue.vhost, queue.name, entry) if (
             store is not None and entry.segment is not None) else 0
         if self._held or generation > (store.synced if store is not None else 0):
-            self._held.append((generation, data))
+            self._held.append((generation, 0, data))
             store.wait(self)
         else:
             self.conn.write(data)
 
     def _release_held(self) -> None:
-        store = self.conn.broker.store
         held = self._held
         if self.closing:
             held.clear()  # the channel's unacked messages were requeued
             return
-        while held and held[0][0] <= store.synced:
-            self.conn.write(held.popleft()[1])
+        while held and self._on_disk(held[0][0], held[0][1]):
+            self.conn.write(held.popleft()[2])
         if held:
-            store.wait(self)
+            self._wait_for_disk(held[0][0], held[0][1])
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         if self.consumers.get(consumer.tag) is not consumer:
@@ -750,13 +764,15 @@ class Channel:
             # their messages back in their queues: none is lost.
             del actions[:done]
         commit_ok = frames.method_frame(self.number, make(spec.Tx.CommitOk))
-        store = self.conn.broker.store
-        if generation and (self._held or generation > store.synced):
-            # As RabbitMQ: commit-ok once the persistent messages are on disk.
-            self._held.append((generation, commit_ok))
-            store.wait(self)
-        else:
-            self.conn.write(commit_ok)
+        if generation:
+            definitions = self._journal.pending()
+            if self._held or not self._on_disk(generation, definitions):
+                # As RabbitMQ: commit-ok once the persistent messages (and
+                # their queues' declarations) are on disk.
+                self._held.append((generation, definitions, commit_ok))
+                self._wait_for_disk(generation, definitions)
+                return
+        self.conn.write(commit_ok)
 
     def _tx_rollback(self, method) -> None:
         if self.tx is None:

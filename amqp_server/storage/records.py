@@ -20,8 +20,12 @@ MAX_RECORD = 256 << 20  # larger than any message the broker accepts, plus frami
 
 
 def encode(payload: object) -> bytes:
-    body = msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogateescape")
-    return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
+    return frame(msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogateescape"))
+
+
+def frame(body) -> bytes:
+    """A packed payload with its marker, length and checksum."""
+    return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + bytes(body)
 
 
 def decode_all(data: bytes, payloads: list | None = None
