@@ -140,10 +140,12 @@ class BenchConnection(asyncio.Protocol):
         self.transport.close()
 
 
-async def connect(url: str) -> BenchConnection:
+async def connect(url: str, factory=BenchConnection) -> BenchConnection:
+    """Connected and logged in; `factory` makes the protocol object (a
+    BenchConnection that reads deliveries its own way)."""
     parsed = urlparse(url)
     loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(BenchConnection, parsed.hostname or "127.0.0.1",
+    _, conn = await loop.create_connection(factory, parsed.hostname or "127.0.0.1",
                                            parsed.port or 5672)
     conn.transport.write(frames.PROTOCOL_HEADER)
     await asyncio.wait_for(conn.replies.get(), 30)  # connection.start

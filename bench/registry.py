@@ -10,12 +10,35 @@ from __future__ import annotations
 from .dead_letters import dead_letter_path, ttl_mass_expiry
 from .memory import memory_per_message
 from .persistent import persistent_confirms
+from .realistic import dead_letter_reject, durable_declares, latency, transient_distinct
 from .scenarios import _many_connections, _run, publish_consume
 
 # Body sizes of the varied scenario: 55, 65, ... 145 bytes, mean 100.
 VARIED_SIZES = tuple(range(55, 146, 10))
 
 SCENARIOS = {
+    # The shapes real clients produce lead: one settle frame per delivery,
+    # each message its own id, timestamp and headers.
+    "dead-letter-reject": dict(
+        run=lambda url, scale: dead_letter_reject(url, int(100_000 * scale), 180),
+        metric="dead_letters_per_s",
+        what="a message-id, trace-id header, content-type and timestamp each; one "
+             "basic.reject(requeue=false) per delivery; a second consumer drains the DLQ, "
+             "checking x-death, one basic.ack per delivery; prefetch 100"),
+    "transient-distinct": dict(
+        run=lambda url, scale: transient_distinct(url, int(200_000 * scale), 180),
+        metric="deliveries_per_s",
+        what="publish->consume, 100 B, a message-id, trace-id header, content-type and "
+             "timestamp each; prefetch 1000, a multiple ack every 100"),
+    "latency": dict(
+        run=lambda url, scale: latency(url, 5000, 10 * scale),
+        metric="p99_ms", better="lower", extra=("p50_ms", "p999_ms"),
+        what="publishes paced at 5,000/s with distinct properties, time to the consumer"),
+    "durable-declares": dict(
+        run=lambda url, scale: durable_declares(url, int(10_000 * scale)),
+        metric="last_window_per_s", extra=("first_window_per_s",),
+        what="durable queues with x-dead-letter-exchange declared one after another; "
+             "declares/s over the last 2,000"),
     "transient": dict(
         run=lambda url, scale: publish_consume(url, int(200_000 * scale), (100,), 1, 120),
         metric="deliveries_per_s",
