@@ -104,6 +104,10 @@ def crash_round(data_dir: str, rng: random.Random, config: str | None = None) ->
                for name, seen in confirmed.items()]
     for thread in threads:
         thread.start()
+    # Some confirmed before the crash, however slow the machine is today.
+    deadline = time.monotonic() + 20
+    while not all(confirmed.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(rng.uniform(0.2, 0.6))
     # Some messages delivered and never acknowledged before the crash.
     delivered = []
@@ -111,6 +115,10 @@ def crash_round(data_dir: str, rng: random.Random, config: str | None = None) ->
         method, _, body = channel.basic_get(QUEUE)
         if method is not None:
             delivered.append(body)
+    # Delivery marks go to disk with the next flush: a confirm proves one.
+    channel.confirm_delivery()
+    channel.queue_declare("flush-proof", durable=True)
+    channel.basic_publish("", "flush-proof", b"", pika.BasicProperties(delivery_mode=2))
     time.sleep(rng.uniform(0.05, 0.4))
     broker.kill9()
     stop.set()

@@ -137,4 +137,4 @@ def test_publishers_wait_for_a_busy_store_and_lose_nothing(data_dir):
         assert [n for _, n, _ in got] == list(range(COUNT))
         assert changes.count(True) > 10
         # The consumer's acks are records too: the writer catches up after.
-        assert wait_for(lambda: changes[-1] is False), changes[-6:]
+        assert wait_for(lambda: changes[-1] is False, 30), changes[-6:]

@@ -1,11 +1,13 @@
 """Dead-letter log lines (fields in dlx/events.py), built in two parts: what
-messages that died together share (queue, reason, routing, death history,
-headers) is serialised once per plan; each message adds only its own
-properties, outcome and body digest."""
+messages that died together share (queue, reason, routing, death history)
+is serialised once per plan; each message adds its own properties,
+headers, outcome and body digest, in the log's writer process, from the
+content header and body as they were stored."""
 
 from __future__ import annotations
 
 import json
+import struct
 from base64 import b64encode
 from hashlib import sha256
 from json.encoder import encode_basestring
@@ -14,7 +16,8 @@ from dlx.dead_letter import Republish
 from dlx.deaths import record_death
 from dlx.events import deaths_json, string_map
 
-from ..wire.properties import simple_properties
+from ..wire.properties import decode_properties, locate, simple_properties
+from ..wire.table import decode_table
 from .message import HEADER_PREFIX
 
 
@@ -42,7 +45,6 @@ def event_common(vhost: str, queue: str, reason: str, letter, target: str | None
         "deaths": deaths_json(history),
         "first_death_reason": first[0], "first_death_queue": first[1],
         "first_death_exchange": first[2],
-        "headers": string_map(letter.headers),
     }
     return _encode(common)[1:-1]
 
@@ -68,10 +70,25 @@ def event_head(common: str, now: float, cause: str | None, targets: list[str]) -
             f'"target_queues":[{",".join(map(encode_basestring, targets))}]')
 
 
+def _headers(header: bytes) -> str:
+    """The application headers of a stored content header (death headers
+    aside), as the log's string map: decoded here, not by the broker."""
+    try:
+        layout = locate(header, HEADER_PREFIX)
+        if layout is None:
+            table = decode_properties(header[HEADER_PREFIX:]).headers
+        else:
+            table = decode_table(header, layout[1])[0] if layout[2] > layout[1] else None
+    except (ValueError, IndexError, struct.error):
+        table = None  # counted as invalid_header where it died
+    return _encode(string_map(table))
+
+
 def event_line(head: str, header: bytes, body: bytes, body_limit: int) -> str:
     """One log line: `head` from event_head, then this message's own parts
     (its content header and body as they were stored)."""
     props = simple_properties(header, HEADER_PREFIX)
+    headers = _headers(header)
     # Property values are plain strings and numbers: JSON-encoded once for
     # the value, once more to carry that JSON as a string.
     properties = ",".join(f"{encode_basestring(name)}:{encode_basestring(_scalar(value))}"
@@ -79,7 +96,7 @@ def event_line(head: str, header: bytes, body: bytes, body_limit: int) -> str:
     included = len(body) <= body_limit
     return (f'{head},"message_id":{_text(props.get("message_id"))},'
             f'"correlation_id":{_text(props.get("correlation_id"))},'
-            f'"properties":{{{properties}}},"body_size":{len(body)},'
+            f'"properties":{{{properties}}},"headers":{headers},"body_size":{len(body)},'
             f'"body_sha256":"{sha256(body).hexdigest()}",'
             f'"body":{_text(b64encode(body).decode()) if included else "null"},'
             f'"body_included":{"true" if included else "false"}}}\n')

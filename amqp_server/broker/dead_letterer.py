@@ -1,11 +1,14 @@
 """Carrying out dead-lettering for one virtual host: republish what the
 pure decision in `dlx/` planned, count what went nowhere and why.
 
-Messages that died together and carry the same headers table, expiration
-and routing share one plan: the death history, the new headers table and the
-target queues are computed once, and each message only gets its own content
-header spliced (its other properties, such as message-id, kept byte for
-byte).  A flood of poison messages then costs little more than a publish.
+Dead-lettering reads and rewrites only a few headers: the death headers,
+CC, BCC and Artemis's `_AMQ_*` stamps.  Every other header of a dying
+message (a trace id, say) passes to its dead letter as the bytes it arrived
+in, never decoded; nor is any other property.  Messages that died together
+the same way (the same death headers, expiration and routing) share one
+plan: the death history, its encoded headers and the target queues are
+computed once, and each message only gets its own content header spliced.
+A dead-letter exchange that routes on headers routes each message itself.
 """
 
 from __future__ import annotations
@@ -17,35 +20,58 @@ import time
 from functools import partial
 from typing import NamedTuple
 
-from dlx.addresses import copy_headers, death_target, original_address
+from dlx.addresses import ACTUAL_EXPIRY, ORIG_ADDRESS, ORIG_QUEUE, copy_headers, \
+    death_target, original_address
 from dlx.dead_letter import (
     CYCLE,
     DLX_MISSING,
     NO_ROUTE,
     TARGET_FULL,
     Drop,
+    Letter,
     dead_letter,
     split_cycles,
 )
+from dlx.deaths import DEATH_HEADERS, history_from_headers
 
 from ..errors import AMQPError
 from ..wire.properties import locate, splice_dead_letter
+from ..wire.table import decode_table_body, encode_table_pairs, split_table
 from .dead_letter_events import event_common, event_head
-from .message import HEADER_PREFIX, Message, dead_letter_headers
+from .message import HEADER_PREFIX, Message, death_pairs
 from .queue import REJECTED
 
 log = logging.getLogger("amqp_server.dlx")
 
 INVALID_HEADER = "invalid_header"  # properties that cannot be read: dropped, counted
+# The headers dead-lettering reads or rewrites, and cheap signs that a
+# headers table may hold one of them.
+READS = frozenset(name.encode() for name in (
+    *DEATH_HEADERS, "CC", "BCC", ORIG_ADDRESS, ORIG_QUEUE, ACTUAL_EXPIRY))
+_SIGNS = (b"-death", b"\x02CC", b"\x03BCC", b"_AMQ_")
+_U32 = struct.Struct(">I")
 
 
 class Plan(NamedTuple):
-    cause: str | None        # why it goes nowhere, or None: republish
-    template: Message | None  # the first message, as republished
-    targets: list            # target queues
-    target_names: list       # their names
-    new_headers: bytes       # its encoded headers table
-    event: str               # the shared part of its dead-letter log line
+    cause: str | None          # why it goes nowhere, or None: republish
+    prototype: Message | None  # the dead letter's routing (exchange, keys, history)
+    targets: list              # target queues
+    target_names: list         # their names
+    pairs: bytes               # encoded headers it writes after the message's own
+    event: str                 # the shared part of its dead-letter log line
+    per_message: bool = False  # the exchange routes on headers: one plan per message
+
+
+def _own_and_read(header: bytes, layout) -> tuple[bytes, bytes]:
+    """(the message's header entries passed on untouched, the encoded
+    entries dead-lettering reads)."""
+    start, end = layout[1] + 4, layout[2]
+    if end <= start:
+        return b"", b""
+    for sign in _SIGNS:
+        if header.find(sign, start, end) >= 0:
+            return split_table(header, start, end, READS)
+    return header[start:end], b""
 
 
 class DeadLetterer:
@@ -60,33 +86,32 @@ class DeadLetterer:
         now = time.time()
         target = death_target(reason, queue.name, settings)
         plans: dict = {}
-        plan_heads: dict = {}  # plan key -> log line head, for the usual outcome
+        plan_heads: dict = {}  # plan -> log line head, for the usual outcome
         republished = 0
         for message in messages:
             message = message.origin or message
             header = message.header
             try:
                 layout = locate(header, HEADER_PREFIX)
+                # Continuation flags (no client sends them): decoded whole.
+                own, read = (b"", header) if layout is None else _own_and_read(header, layout)
             except (ValueError, IndexError, struct.error):
                 stats["dropped"][(INVALID_HEADER, reason)] += 1
                 continue
-            if layout is None:
-                key = (header, message.exchange, message.routing_keys, message.bcc)
-            else:
-                key = (header[layout[1]:layout[2]], header[layout[3]:layout[4]],
-                       message.exchange, message.routing_keys, message.bcc)
+            key = (read, b"" if layout is None else header[layout[3]:layout[4]],
+                   message.exchange, message.routing_keys, message.bcc)
             plan = plans.get(key)
             if plan is None:
-                plan = plans[key] = self._plan(queue, message, reason, target, now)
-                copy = plan.template
-            elif plan.cause is None:
-                spliced = (plan.template.header if layout is None
-                           else splice_dead_letter(header, HEADER_PREFIX, layout,
-                                                   plan.new_headers))
-                copy = plan.template.sibling(spliced, message.body)
+                plan = plans[key] = self._plan(queue, message, layout, own, read, reason,
+                                               target, now)
+            if plan.per_message:
+                key = (*key, own)
+                plan = plans.get(key) or plans.setdefault(key, self._plan(
+                    queue, message, layout, own, read, reason, target, now))
             cause = plan.cause
             accepted = plan.target_names
             if cause is None:
+                copy = self._copy(plan, message, layout, own)
                 targets = plan.targets
                 if len(targets) == 1:  # the usual case, without building lists
                     if targets[0].enqueue(copy) is REJECTED:
@@ -108,19 +133,44 @@ class DeadLetterer:
                 stats["dropped"][(cause, reason)] += 1
             if self.log is not None:
                 if accepted is plan.target_names:
-                    head = plan_heads.get(key)
+                    head = plan_heads.get(id(plan))
                     if head is None:
-                        head = plan_heads[key] = event_head(plan.event, now, plan.cause,
-                                                            accepted)
+                        head = plan_heads[id(plan)] = event_head(plan.event, now, plan.cause,
+                                                                 accepted)
                 else:
                     head = event_head(plan.event, now, cause, accepted)
                 self.log.record(head, message.header, message.body)
         if republished:
             stats["dead_lettered"][reason] += republished
 
-    def _plan(self, queue, message: Message, reason: str, target, now: float) -> Plan:
+    @staticmethod
+    def _copy(plan: Plan, message: Message, layout, own: bytes) -> Message:
+        """This message's dead letter: its own content header with the plan's
+        headers after its own entries, no expiration; its body."""
+        if layout is None:
+            prototype = plan.prototype
+            return prototype.sibling(prototype.header, message.body)
+        table = own + plan.pairs
+        header = splice_dead_letter(message.header, HEADER_PREFIX, layout,
+                                    _U32.pack(len(table)) + table)
+        return plan.prototype.sibling(header, message.body)
+
+    @staticmethod
+    def _letter(message: Message, layout, read: bytes) -> Letter:
+        """What the decision reads: only the headers it reads are decoded."""
+        if layout is None:
+            return message.letter()
+        headers = decode_table_body(read) if read else None
+        header = message.header
+        expiration = (header[layout[3] + 1:layout[4]].decode("utf-8", "surrogateescape")
+                      if layout[4] > layout[3] else None)
+        return Letter(message.exchange, message.routing_keys, headers, expiration, message.bcc,
+                      history_from_headers(headers))
+
+    def _plan(self, queue, message: Message, layout, own: bytes, read: bytes, reason: str,
+              target, now: float) -> Plan:
         try:
-            letter = message.letter()
+            letter = self._letter(message, layout, read)
         except ValueError:
             unreadable = {"vhost": self.vhost.name, "queue": queue.name, "reason": reason}
             return Plan(INVALID_HEADER, None, [], [], b"", json.dumps(unreadable)[1:-1])
@@ -146,20 +196,22 @@ class DeadLetterer:
         exchange = vhost.exchanges.get(decided.exchange)
         if exchange is None:
             return Plan(DLX_MISSING, None, [], [], b"", event(decided))
-        new_headers = dead_letter_headers(decided)
-        copy = message.dead_lettered(decided, new_headers)
+        pairs = encode_table_pairs(decided.base_headers) + death_pairs(decided.history)
+        table = own + pairs
+        copy = message.dead_lettered(decided, _U32.pack(len(table)) + table)
         routed = vhost.route(exchange, list(copy.routing_keys), copy)
+        per_message = exchange.routes_by_content
         if not routed:
-            return Plan(NO_ROUTE, None, [], [], b"", event(decided))
+            return Plan(NO_ROUTE, None, [], [], b"", event(decided), per_message)
         keep, cycling = split_cycles(reason, decided.history, [q.name for q in routed])
         if cycling:
             self._log_cycle(cycling, decided.history.queue_names())
         if not keep:
-            return Plan(CYCLE, None, [], [], b"", event(decided))
+            return Plan(CYCLE, None, [], [], b"", event(decided), per_message)
         kept = set(keep)
         targets = [target for target in routed if target.name in kept]
-        return Plan(None, copy, targets, [target.name for target in targets], new_headers,
-                    event(decided))
+        return Plan(None, copy, targets, [target.name for target in targets], pairs,
+                    event(decided), per_message)
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:

@@ -53,6 +53,14 @@ class Exchange:
             alternate = policy.definition.get("alternate-exchange")
         self.alternate: str | None = alternate if isinstance(alternate, str) else None
 
+    @property
+    def routes_by_content(self) -> bool:
+        """Whether a message's headers can change where it goes from here:
+        a headers exchange, or one whose messages may go on to another
+        exchange (bound to it, or its alternate)."""
+        return (self.type_name == "headers" or self.exchange_bindings > 0
+                or self.alternate is not None)
+
     def check_publishable(self) -> None:
         """Only exchanges may route into an internal exchange (403)."""
         if self.internal:

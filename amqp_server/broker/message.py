@@ -27,7 +27,7 @@ from ..wire.properties import (
     locate,
     splice_dead_letter,
 )
-from ..wire.table import FieldTable, encode_table_pairs
+from ..wire.table import FieldTable, check_table_body, encode_table_pairs
 
 # class id (2) + weight (2) + body size (8) precede the property flags.
 HEADER_PREFIX = 12
@@ -70,10 +70,35 @@ class Message:
     def inspect(self) -> None:
         """Read what routing and expiry need, only if the flags say it is
         there: CC/BCC routing keys (BCC is then removed, as RabbitMQ does)
-        and the per-message TTL.  Raises InvalidMessage with RabbitMQ's text."""
-        flags = self.header[HEADER_PREFIX] if len(self.header) > HEADER_PREFIX else 0
+        and the per-message TTL.  Raises InvalidMessage with RabbitMQ's text.
+
+        The headers table is checked in place and decoded only when it may
+        hold CC or BCC: a message id or trace header each costs a scan."""
+        header = self.header
+        flags = header[HEADER_PREFIX] if len(header) > HEADER_PREFIX else 0
         if not flags & INSPECT_FLAGS:
             return
+        try:
+            layout = locate(header, HEADER_PREFIX)
+            if layout is not None and layout[2] > layout[1]:
+                check_table_body(header, layout[1] + 4, layout[2])
+        except (ValueError, IndexError, struct.error) as exc:
+            raise InvalidMessage(f"invalid message: {exc}") from exc
+        if layout is None:  # continuation flags: decode it all
+            self._inspect_decoded()
+            return
+        _, h_start, h_end, e_start, e_end = layout
+        if e_end > e_start:
+            expiration = header[e_start + 1:e_end].decode("utf-8", "surrogateescape")
+            try:
+                self.ttl = parse_expiration(expiration)
+            except ValueError as exc:
+                raise InvalidMessage(f"invalid expiration '{expiration}': {exc}") from exc
+        if h_end > h_start and (header.find(b"\x02CC", h_start, h_end) >= 0
+                                or header.find(b"\x03BCC", h_start, h_end) >= 0):
+            self._inspect_decoded()
+
+    def _inspect_decoded(self) -> None:
         try:
             props = self.properties
         except ValueError as exc:
@@ -190,16 +215,10 @@ class Message:
         return copy
 
 
-def dead_letter_headers(plan: Republish) -> bytes:
-    """The encoded headers table of a dead letter."""
-    pairs = encode_table_pairs(plan.base_headers) + _death_pairs(plan.history)
-    return _U32.pack(len(pairs)) + pairs
-
-
 _DEATH_PAIRS: dict[DeathHistory, bytes] = {}
 
 
-def _death_pairs(history: DeathHistory) -> bytes:
+def death_pairs(history: DeathHistory) -> bytes:
     """Encoded death headers; messages that died the same way (the common
     case in a flood) share one encoding."""
     pairs = _DEATH_PAIRS.get(history)

@@ -314,20 +314,49 @@ class Channel:
         self.tx.append(("publish", message, mandatory, [queue.name for queue in queues]))
 
     def publish_run(self, messages: list, mandatory: bool) -> None:
-        """Messages published back to back with the same exchange, routing
-        key and properties: routed once, and queued together where every
-        queue they go to is plain.  The same outcome as `publish` for each."""
+        """Messages published back to back to the same exchange with the
+        same routing key (their properties may differ): routed once where
+        nothing in them can route them apart, queued together where every
+        queue they go to is plain.  The same outcome as `publish` for each:
+        should one be refused, those before it are published first."""
+        exchange = self._exchange_for_publish(messages[0].exchange)
+        refusal = None
+        checked = 0
+        last_header = None
+        for message in messages:
+            header = message.header
+            if header is not last_header and (header[HEADER_PREFIX] & INSPECT_FLAGS
+                                              or header[HEADER_PREFIX + 1] & USER_ID_FLAG):
+                try:
+                    self._check_content(message)
+                except AMQPError as error:
+                    refusal = error
+                    break
+            elif header is last_header:  # the same properties: the same findings
+                previous = messages[checked - 1]
+                message.ttl, message.routing_keys = previous.ttl, previous.routing_keys
+                message.bcc = previous.bcc
+            last_header = header
+            checked += 1
+        if checked:
+            self._route_run(exchange, messages[:checked] if refusal else messages, mandatory)
+        if refusal is not None:
+            raise refusal
+
+    def _route_run(self, exchange, messages: list, mandatory: bool) -> None:
         first = messages[0]
-        exchange = self._exchange_for_publish(first.exchange)
-        if first.header[HEADER_PREFIX + 1] & USER_ID_FLAG:
-            self._check_user_id(first.header)  # the same properties for the whole run
-        queues = None
-        if not first.header[HEADER_PREFIX] & INSPECT_FLAGS:
-            # No headers and no expiration: routing cannot differ between them.
-            queues = self.vhost.route(exchange, first.routing_keys, first)
-        if queues is None or not all(queue.plain for queue in queues):
+        keys = first.routing_keys
+        route = self.vhost.route
+        if exchange.routes_by_content or any(
+                m.routing_keys != keys or m.ttl is not None for m in messages):
             for message in messages:
-                self.publish(message, mandatory)
+                self._enqueue(message, route(exchange, message.routing_keys, message),
+                              mandatory)
+            return
+        queues = route(exchange, keys, first)
+        if not all(queue.plain for queue in queues):
+            for message in messages:  # routed alike, queued one by one (limits, DLX)
+                self._enqueue(message, queues, mandatory)
             return
         for queue in queues:
             queue.enqueue_run(messages)
@@ -538,11 +567,33 @@ class Channel:
         self.ack(method.delivery_tag, method.multiple)
 
     def ack(self, tag: int, multiple: bool) -> None:
-        taken = self._take_unacked(tag, multiple)
+        self._acked(self._take_unacked(tag, multiple))
+
+    def _acked(self, taken: list[tuple[int, tuple]]) -> None:
         if self.tx is not None:
             self.tx.append(("ack", taken))
         else:
             self._settle(taken)
+
+    def settle_each(self, method_id: int, tags: list[int], requeue: bool) -> None:
+        """Single basic.ack, basic.reject or basic.nack frames (`method_id`
+        80, 90 or 120) read back to back: taken one by one, settled in one
+        step.  An unknown tag settles those before it, then closes the
+        channel, as one frame at a time would."""
+        taken: list = []
+        try:
+            for tag in tags:
+                record = self.unacked.pop(tag, None)
+                if record is None:
+                    raise precondition_failed(f"unknown delivery tag {tag}").for_method(
+                        60, method_id)
+                taken.append((tag, record))
+        finally:
+            if taken:
+                if method_id == 80:
+                    self._acked(taken)
+                else:
+                    self._reject(taken, requeue)
 
     def _settle(self, taken: list[tuple[int, tuple]]) -> None:
         records = list(map(_RECORD, taken))

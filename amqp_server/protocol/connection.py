@@ -39,7 +39,7 @@ from ..wire.properties import check_properties
 from ..wire.table import FieldTable, decode_table_body
 from ..broker.message import HEADER_PREFIX, Message
 from .channel import Channel
-from .repeats import repeated_publishes
+from .repeats import following_publishes, repeated_publishes
 
 log = logging.getLogger("amqp_server.connection")
 
@@ -49,6 +49,10 @@ _ACK_BODY = struct.Struct(">QB")
 _BODY_SIZE = struct.Struct(">Q")
 _PUBLISH_INDEX = (60 << 16) | 40
 _ACK_INDEX = (60 << 16) | 80
+_REJECT_INDEX = (60 << 16) | 90
+_NACK_INDEX = (60 << 16) | 120
+_SETTLE_INDEXES = frozenset((_ACK_INDEX, _REJECT_INDEX, _NACK_INDEX))
+_TAG = struct.Struct(">Q")
 _MIN_FRAME_MAX = 4096
 # Deliveries stop being queued into the output buffer past this many bytes,
 # so a consumer without prefetch cannot pull a whole queue into memory.
@@ -244,10 +248,25 @@ class Connection:
                         else:
                             self._publish(channel, payload)
                         continue
-                    if index == _ACK_INDEX and len(payload) >= 13:
+                    if index in _SETTLE_INDEXES and size == 13:
                         tag, bits = _ACK_BODY.unpack_from(payload, 4)
-                        self._on_channel(channel, channel.ack, tag, bool(bits & 1))
-                        continue
+                        if index == _ACK_INDEX and bits & 1:  # a multiple ack
+                            self._on_channel(channel, channel.ack, tag, True)
+                            continue
+                        if not (index == _NACK_INDEX and bits & 1):
+                            # Single acks, rejects or nacks as clients send
+                            # them, one per delivery: those read back to back
+                            # with the same method and flags go in one step.
+                            head = data[pos - 21:pos - 10]
+                            tags = [tag]
+                            while (pos + 21 <= end_of_data and data[pos + 19] == bits
+                                   and data[pos + 20] == 0xCE and data.startswith(head, pos)):
+                                tags.append(_TAG.unpack_from(data, pos + 11)[0])
+                                pos += 21
+                            requeue = bool(bits & (1 if index == _REJECT_INDEX else 2))
+                            self._on_channel(channel, channel.settle_each, index & 0xFFFF,
+                                             tags, requeue)
+                            continue
                 self._method_frame(channel_number, channel, payload)
             elif frame_type == 2 or frame_type == 3:
                 if channel_number == 0:
@@ -357,13 +376,21 @@ class Connection:
             self._last_header = header
         message = Message(exchange, routing_key, route, header, body, routing_keys)
         run = None
-        # A publish that repeats the properties of the one before it may
-        # start a run; publishes that differ every time (a message id each)
-        # never pay for looking.
-        if repeating and body_size and data.startswith(payload, next_pos + 7):
+        # The next frame repeats this basic.publish: a run.  Publishes that
+        # repeat the properties too are found by one comparison each.
+        if body_size and data.startswith(payload, next_pos + 7):
             largest = min(self.frame_max, self.config.max_message_size)
-            headers, bodies, next_pos = repeated_publishes(
-                data, pos - 8 - len(payload), pos, header, next_pos, end_of_data, largest)
+            start = pos - 8 - len(payload)
+            if repeating:
+                headers, bodies, next_pos = repeated_publishes(
+                    data, start, pos, header, next_pos, end_of_data, largest)
+            else:
+                headers, bodies, next_pos = following_publishes(
+                    data, data[start:pos], header, next_pos, end_of_data, channel.number,
+                    largest)
+                if headers:
+                    self._last_header = headers[-1]
+                    self._last_properties = headers[-1][HEADER_PREFIX:]
             if bodies:
                 run = [message, *map(Message, repeat(exchange), repeat(routing_key),
                                      repeat(route), headers, bodies, repeat(routing_keys))]

@@ -1,14 +1,20 @@
-"""Publishes that repeat the one before them, found in a read in one pass.
+"""Publishes that follow one another to the same exchange and routing key,
+found in a read in one pass.
 
-Clients publishing in a loop send the same basic.publish method frame and
-the same properties again and again, only the bodies differing.  Such a run
-is routed once and queued together (Channel.publish_run); finding it costs
-one byte comparison per publish of everything up to its body.
+Clients publishing in a loop send the same basic.publish method frame again
+and again.  Often the properties repeat too, only the bodies differing:
+finding such a run costs one byte comparison per publish of everything up
+to its body (`repeated_publishes`).  Applications that give each message its
+own id, timestamp or headers still repeat the method frame
+(`following_publishes`).  Either run is routed once and queued together
+(Channel.publish_run).
 """
 
 from __future__ import annotations
 
 import struct
+
+from ..wire.properties import check_properties
 
 _BODY_SIZE = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -64,4 +70,55 @@ def repeated_publishes(data: bytes, start: int, header_at: int, header: bytes, p
         header, before_body = layout
         last_size = size
         step = len(before_body) + size + 1
+    return headers, bodies, pos
+
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_CLASS_60 = b"\x00\x3c"
+
+
+def following_publishes(data: bytes, method: bytes, header: bytes, pos: int, end: int,
+                        channel: int, largest: int) -> tuple[list, list, int]:
+    """The publishes from `pos` on, after one with content header `header`,
+    whose method frame is `method` (bytes,
+    frame header to frame end), each with a content header of class 60
+    whose properties pass `check_properties` and one body frame of 1 to
+    `largest` octets.  Returns their content header payloads, their bodies
+    and where the next frame starts; anything else ends the run, to be read
+    (and refused if need be) one frame at a time."""
+    headers: list[bytes] = []
+    bodies: list[bytes] = []
+    seen: dict[bytes, bytes] = {header: header}
+    length = len(method)
+    unpack = _FRAME_HEADER.unpack_from
+    startswith = data.startswith
+    while startswith(method, pos):
+        at = pos + length
+        if at + 7 > end:
+            break
+        frame_type, number, size = unpack(data, at)
+        header_end = at + 7 + size
+        if (frame_type != 2 or number != channel or size < 14 or size > largest
+                or header_end + 8 >= end or data[header_end] != 0xCE
+                or not startswith(_CLASS_60, at + 7)):
+            break
+        (body_size,) = _BODY_SIZE.unpack_from(data, at + 11)
+        frame_type, number, size = unpack(data, header_end + 1)
+        body_end = header_end + 8 + size
+        if (frame_type != 3 or number != channel or size != body_size
+                or not 0 < size <= largest or body_end >= end or data[body_end] != 0xCE):
+            break
+        header = data[at + 7:header_end]
+        known = seen.get(header)
+        if known is not None:
+            header = known  # messages alike share one header (and its checks)
+        else:
+            try:
+                check_properties(header[12:])
+            except ValueError:
+                break
+            seen[header] = header
+        headers.append(header)
+        bodies.append(data[header_end + 8:body_end])
+        pos = body_end + 1
     return headers, bodies, pos

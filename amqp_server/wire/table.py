@@ -178,6 +178,62 @@ def decode_table_body(data: bytes) -> FieldTable:
     return _decode_table_body(data, 0, len(data))
 
 
+# Reading a table without decoding it: the octets each fixed-size value
+# takes after its tag, and the tags whose value starts with a 32-bit length.
+_SIZE_AFTER_TAG = {**{tag: st.size for tag, (_, st) in _FIXED.items()},
+                   0x74: 1, 0x54: 8, 0x44: 5, 0x56: 0}
+_LENGTH_PREFIXED = frozenset((0x53, 0x78, 0x46, 0x41))  # S, x, F, A
+
+
+def _skip_value(data: bytes, offset: int, end: int) -> int:
+    """Where the value at `offset` ends; nested tables and arrays are
+    checked too, so what passes is what the decoder would accept."""
+    if offset >= end:
+        raise ValueError("field value truncated")
+    tag = data[offset]
+    offset += 1
+    size = _SIZE_AFTER_TAG.get(tag)
+    if size is None:
+        if tag not in _LENGTH_PREFIXED:
+            raise ValueError(f"unknown field type {chr(tag)!r}")
+        (size,) = _read(_U32, data, offset, end)
+        offset += 4
+        if tag == 0x46:
+            check_table_body(data, offset, offset + size)
+        elif tag == 0x41:
+            inner, inner_end = offset, offset + size
+            while inner < inner_end:
+                inner = _skip_value(data, inner, inner_end)
+    offset += size
+    if offset > end:
+        raise ValueError("field value exceeds table")
+    return offset
+
+
+def check_table_body(data: bytes, offset: int, end: int) -> None:
+    """ValueError unless data[offset:end] holds well-formed table entries;
+    nothing is built."""
+    if end > len(data):
+        raise ValueError("table length exceeds data")
+    while offset < end:
+        offset += 1 + data[offset]
+        offset = _skip_value(data, offset, end)
+
+
+def split_table(data: bytes, offset: int, end: int,
+                wanted: frozenset[bytes]) -> tuple[bytes, bytes]:
+    """A table body cut in two without decoding anything: the encoded
+    entries whose keys are not in `wanted`, and those whose keys are."""
+    kept: list = []
+    picked: list = []
+    while offset < end:
+        start = offset
+        key_end = offset + 1 + data[offset]
+        offset = _skip_value(data, key_end, end)
+        (picked if data[start + 1:key_end] in wanted else kept).append(data[start:offset])
+    return b"".join(kept), b"".join(picked)
+
+
 def infer_type(value: object) -> str:
     """The type RabbitMQ would give a value it encodes itself."""
     if isinstance(value, bool):
