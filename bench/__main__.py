@@ -38,17 +38,37 @@ def start_our_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
 def run(url: str, names: list[str], scale: float, repeat: int) -> dict:
     """Each scenario `repeat` times; the run with the median metric is kept
     (a best-of-N would favour whichever broker varies more), with the
-    spread of the metric alongside."""
+    spread of the metric and how many runs it is the median of.  A run
+    that failed (timed out, lost messages, got nacks) gives no number: it
+    is counted as failed, never averaged in."""
     results = {}
     for name in names:
         metric = SCENARIOS[name]["metric"]
-        runs = sorted((SCENARIOS[name]["run"](url, scale) for _ in range(repeat)),
-                      key=lambda result: result[metric])
-        median = dict(runs[len(runs) // 2])
-        median["spread"] = [runs[0][metric], runs[-1][metric]]
+        outcomes = [SCENARIOS[name]["run"](url, scale) for _ in range(repeat)]
+        runs = sorted((r for r in outcomes if "failed" not in r), key=lambda r: r[metric])
+        failures = [r["failed"] for r in outcomes if "failed" in r]
+        if runs:
+            median = dict(runs[len(runs) // 2])
+            median["spread"] = [runs[0][metric], runs[-1][metric]]
+        else:
+            median = {"failed": failures[0]}
+        median["runs"] = len(runs)
+        median["failed_runs"] = len(failures)
         results[name] = median
         print(f"  {name}: {json.dumps(median)}", file=sys.stderr, flush=True)
     return results
+
+
+def _shown(result: dict, key: str) -> str:
+    value = result.get(key)
+    if value is None:
+        return "failed" if "failed" in result else "-"
+    return f"{value:,}"
+
+
+def _runs(result: dict) -> str:
+    failed = result["failed_runs"]
+    return f"{result['runs']}" + (f" ({failed} failed)" if failed else "")
 
 
 def main() -> int:
@@ -82,17 +102,18 @@ def main() -> int:
     time.sleep(0.5)
     print(f"reference: {args.compare}", file=sys.stderr)
     reference = run(args.compare, names, args.scale, args.repeat)
-    print("| scenario | metric | this broker | RabbitMQ | ratio (ours / RabbitMQ) |")
-    print("|---|---|---:|---:|---:|")
+    print("| scenario | metric | this broker | RabbitMQ | ratio (ours / RabbitMQ) "
+          "| runs (ours / RabbitMQ) |")
+    print("|---|---|---:|---:|---:|---|")
     for name in names:
         metric = SCENARIOS[name]["metric"]
-        a, b = ours[name][metric], reference[name][metric]
-        ratio = a / b if b else float("inf")
-        print(f"| {name} ({SCENARIOS[name]['what']}) | {metric} | {a:,} | {b:,} | {ratio:.2f}x |")
-        for extra in SCENARIOS[name].get("extra", ()):
-            a, b = ours[name].get(extra), reference[name].get(extra)
-            if a is not None and b:
-                print(f"| {name} | {extra} | {a:,} | {b:,} | {a / b:.2f}x |")
+        mine, theirs = ours[name], reference[name]
+        for key in (metric, *SCENARIOS[name].get("extra", ())):
+            a, b = mine.get(key), theirs.get(key)
+            ratio = f"{a / b:.2f}x" if a is not None and b else "-"
+            label = f"{name} ({SCENARIOS[name]['what']})" if key == metric else name
+            print(f"| {label} | {key} | {_shown(mine, key)} | {_shown(theirs, key)} "
+                  f"| {ratio} | {_runs(mine)} / {_runs(theirs)} |")
     return 0
 
 

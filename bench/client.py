@@ -31,6 +31,7 @@ class BenchConnection(asyncio.Protocol):
         self.returns = 0
         self.acked_upto = 0
         self.confirmed = 0  # highest publisher confirm received
+        self.nacked = 0     # publisher nacks received
         self.confirm_event = asyncio.Event()
         self.ack_every = 0
         self.reject = False  # settle with nack(multiple, requeue=false) instead of ack
@@ -79,6 +80,8 @@ class BenchConnection(asyncio.Protocol):
                     # publisher confirm (ack or nack): confirms come in order
                     (tag,) = _TAG.unpack_from(data, pos + 11)
                     self.confirmed = max(self.confirmed, tag)
+                    if method_id == 120:
+                        self.nacked += 1
                     self.confirm_event.set()
                 else:
                     self.replies.put_nowait((channel, decode_method(data[pos + 7:frame_end])))

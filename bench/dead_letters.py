@@ -128,8 +128,12 @@ def dead_letter_path(url: str, count: int, timeout: float) -> dict:
         if publisher.is_alive():
             publisher.kill()
     _run(_cleanup(url, dlx, [work, dlq]))
-    return {"dead_lettered": delivered, "seconds": round(elapsed, 3),
-            "dead_letters_per_s": round(delivered / elapsed) if elapsed else 0}
+    result = {"dead_lettered": delivered, "seconds": round(elapsed, 3)}
+    if delivered < count:
+        result["failed"] = f"{delivered} of {count} dead letters arrived"
+    else:
+        result["dead_letters_per_s"] = round(delivered / elapsed) if elapsed else 0
+    return result
 
 
 async def _expire_all_at_once(url: str, work: str, dlq: str, count: int,
@@ -169,8 +173,13 @@ async def _expire_all_at_once(url: str, work: str, dlq: str, count: int,
         await asyncio.sleep(0.005)
     elapsed = time.time() - at
     await conn.close()
-    return {"expired": dead, "seconds": round(elapsed, 3),
-            "rss_growth_mb": sampler.growth_mb(), "peak_rss_mb": sampler.peak_mb()}
+    result = {"expired": dead, "rss_growth_mb": sampler.growth_mb(),
+              "peak_rss_mb": sampler.peak_mb()}
+    if dead < count:
+        result["failed"] = f"{dead} of {count} expired messages reached the DLQ"
+    else:
+        result["seconds"] = round(elapsed, 3)
+    return result
 
 
 def ttl_mass_expiry(url: str, count: int, timeout: float) -> dict:

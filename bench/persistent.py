@@ -21,7 +21,8 @@ WINDOW = 1000
 BATCH = 100
 
 
-async def _publisher(url: str, queue: str, count: int) -> None:
+async def _publisher(url: str, queue: str, count: int) -> int:
+    """Publishes `count`; returns how many the broker nacked."""
     conn = await connect(url)
     await conn.open_channel(1)
     await conn.call(1, make(spec.Confirm.Select), spec.Confirm.SelectOk)
@@ -39,6 +40,7 @@ async def _publisher(url: str, queue: str, count: int) -> None:
         conn.confirm_event.clear()
         await asyncio.wait_for(conn.confirm_event.wait(), 30)
     await conn.close()
+    return conn.nacked
 
 
 async def _persistent(url: str, count: int, publishers: int) -> dict:
@@ -49,11 +51,14 @@ async def _persistent(url: str, count: int, publishers: int) -> dict:
                      spec.Queue.DeclareOk)
     each = count // publishers
     started = time.perf_counter()
-    await asyncio.gather(*(_publisher(url, queue, each) for _ in range(publishers)))
+    nacked = sum(await asyncio.gather(*(_publisher(url, queue, each)
+                                        for _ in range(publishers))))
     elapsed = time.perf_counter() - started
     await admin.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)
     await admin.close()
     total = each * publishers
+    if nacked:
+        return {"confirmed": total - nacked, "failed": f"{nacked} publishes nacked"}
     return {"confirmed": total, "seconds": round(elapsed, 3),
             "confirms_per_s": round(total / elapsed)}
 

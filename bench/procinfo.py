@@ -1,4 +1,5 @@
-"""Resident memory of the broker behind an AMQP URL on this machine.
+"""Resident memory of the broker behind an AMQP URL on this machine, its
+child processes included.
 
 The broker is found by the process that owns the listening socket on the
 URL's port (/proc/net/tcp* inode -> /proc/<pid>/fd), so the same code
@@ -37,6 +38,7 @@ def listening_pid(port: int) -> int | None:
 
 
 def rss_bytes(pid: int) -> int:
+    """Resident memory of one process."""
     with open(f"/proc/{pid}/status") as handle:
         for line in handle:
             if line.startswith("VmRSS:"):
@@ -44,12 +46,39 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found.extend(int(child) for child in handle.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of the process and all its descendants: this
+    broker's dead-letter log writer, RabbitMQ's helper programs."""
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            total += rss_bytes(current)
+            pending.extend(_children(current))
+        except OSError:
+            if current == pid:
+                raise
+    return total
+
+
 class RssSampler:
     """Peak resident memory over a run, relative to its start."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
-        self.baseline = self.peak = rss_bytes(pid) if pid else 0
+        self.baseline = self.peak = tree_rss_bytes(pid) if pid else 0
 
     @classmethod
     def for_url(cls, url: str) -> "RssSampler":
@@ -58,7 +87,7 @@ class RssSampler:
     def sample(self) -> None:
         if self.pid:
             try:
-                self.peak = max(self.peak, rss_bytes(self.pid))
+                self.peak = max(self.peak, tree_rss_bytes(self.pid))
             except OSError:
                 self.pid = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .dead_letters import dead_letter_path, ttl_mass_expiry
 from .memory import memory_per_message
 from .persistent import persistent_confirms
+from .real_clients import aio_pika_publish_consume, pika_dead_letter
 from .realistic import dead_letter_reject, durable_declares, latency, transient_distinct
 from .scenarios import _many_connections, _run, publish_consume
 
@@ -30,6 +31,17 @@ SCENARIOS = {
         metric="deliveries_per_s",
         what="publish->consume, 100 B, a message-id, trace-id header, content-type and "
              "timestamp each; prefetch 1000, a multiple ack every 100"),
+    "pika-dead-letter": dict(
+        run=lambda url, scale: pika_dead_letter(url, int(20_000 * scale), 180),
+        metric="dead_letters_per_s",
+        what="pika publisher (a message-id, trace-id, type, timestamp each), pika consumer "
+             "with basic_reject(requeue=False) per delivery, aio-pika draining the DLQ "
+             "with message.ack() each; prefetch 100"),
+    "aio-pika-publish-consume": dict(
+        run=lambda url, scale: aio_pika_publish_consume(url, int(20_000 * scale), 180),
+        metric="deliveries_per_s",
+        what="aio-pika publisher with confirms (100 in flight), distinct properties; "
+             "aio-pika consumer, message.ack() each; prefetch 100"),
     "latency": dict(
         run=lambda url, scale: latency(url, 5000, 10 * scale),
         metric="p99_ms", better="lower", extra=("p50_ms", "p999_ms"),

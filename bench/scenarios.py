@@ -138,8 +138,12 @@ def publish_consume(url: str, count: int, body_sizes: tuple[int, ...], queues: i
         if publisher.is_alive():
             publisher.kill()
     _run(_cleanup(url, exchange, names))
-    return {"deliveries": delivered, "seconds": round(elapsed, 3),
-            "deliveries_per_s": round(delivered / elapsed) if elapsed else 0}
+    result = {"deliveries": delivered, "seconds": round(elapsed, 3)}
+    if delivered < count * queues:
+        result["failed"] = f"{delivered} of {count * queues} deliveries arrived"
+    else:
+        result["deliveries_per_s"] = round(delivered / elapsed) if elapsed else 0
+    return result
 
 
 async def _many_connections(url: str, count: int) -> dict:
