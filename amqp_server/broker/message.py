@@ -27,7 +27,7 @@ from ..wire.properties import (
     locate,
     splice_dead_letter,
 )
-from ..wire.table import FieldTable, check_table_body, encode_table_pairs
+from ..wire.table import FieldTable, encode_table_pairs
 
 # class id (2) + weight (2) + body size (8) precede the property flags.
 HEADER_PREFIX = 12
@@ -67,23 +67,23 @@ class Message:
 
     # ---- publish-time inspection ---------------------------------------
 
-    def inspect(self) -> None:
+    def inspect(self, layout=None) -> None:
         """Read what routing and expiry need, only if the flags say it is
         there: CC/BCC routing keys (BCC is then removed, as RabbitMQ does)
         and the per-message TTL.  Raises InvalidMessage with RabbitMQ's text.
 
-        The headers table is checked in place and decoded only when it may
-        hold CC or BCC: a message id or trace header each costs a scan."""
+        The headers table (checked when the publish was read, by
+        `scan_properties`, which may pass its `layout`) is decoded only when
+        it may hold CC or BCC."""
         header = self.header
         flags = header[HEADER_PREFIX] if len(header) > HEADER_PREFIX else 0
         if not flags & INSPECT_FLAGS:
             return
-        try:
-            layout = locate(header, HEADER_PREFIX)
-            if layout is not None and layout[2] > layout[1]:
-                check_table_body(header, layout[1] + 4, layout[2])
-        except (ValueError, IndexError, struct.error) as exc:
-            raise InvalidMessage(f"invalid message: {exc}") from exc
+        if layout is None:
+            try:
+                layout = locate(header, HEADER_PREFIX)
+            except (ValueError, IndexError, struct.error) as exc:
+                raise InvalidMessage(f"invalid message: {exc}") from exc
         if layout is None:  # continuation flags: decode it all
             self._inspect_decoded()
             return

@@ -42,7 +42,7 @@ from ..errors import (
 )
 from ..wire import frames
 from ..wire.methods import make
-from ..wire.properties import check_properties, user_id
+from ..wire.properties import scan_properties, user_id
 from .consumer import Consumer
 
 _BODY_SIZE = struct.Struct(">Q")
@@ -208,7 +208,7 @@ class Channel:
         if class_id != 60:
             raise AMQPError(505, f"content header for class {class_id}, expected 60")
         try:
-            check_properties(payload[HEADER_PREFIX:])
+            scan_properties(payload, HEADER_PREFIX)
         except ValueError as exc:
             raise AMQPError(SYNTAX_ERROR, f"malformed content header: {exc}") from None
         (size,) = _BODY_SIZE.unpack_from(payload, 4)
@@ -264,7 +264,7 @@ class Channel:
             exchange.check_publishable()
         return exchange
 
-    def _check_content(self, message: Message) -> None:
+    def _check_content(self, message: Message, layout=None) -> None:
         """What the properties must pass before routing, read only when the
         flags say they are there, in RabbitMQ's order: a `user_id` that must
         name the logged-in user, then expiration and CC/BCC (406 when
@@ -274,7 +274,7 @@ class Channel:
             self._check_user_id(header)
         if header[HEADER_PREFIX] & INSPECT_FLAGS:
             try:
-                message.inspect()
+                message.inspect(layout)
             except InvalidMessage as exc:
                 raise precondition_failed(str(exc)) from None
 
@@ -285,11 +285,12 @@ class Channel:
             self.conn.grant.check_user_id(user_id(header, HEADER_PREFIX))
             self._user_id_checked = header
 
-    def publish(self, message: Message, mandatory: bool) -> None:
+    def publish(self, message: Message, mandatory: bool, layout=None) -> None:
+        """`layout`: where scan_properties found its headers and expiration."""
         exchange = self._exchange_for_publish(message.exchange)
         header = message.header
         if header[HEADER_PREFIX] & INSPECT_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
-            self._check_content(message)
+            self._check_content(message, layout)
         self._enqueue(message, self.vhost.route(exchange, message.routing_keys, message),
                       mandatory)
 
@@ -313,7 +314,7 @@ class Channel:
         queues = self.vhost.route(exchange, message.routing_keys, message)
         self.tx.append(("publish", message, mandatory, [queue.name for queue in queues]))
 
-    def publish_run(self, messages: list, mandatory: bool) -> None:
+    def publish_run(self, messages: list, mandatory: bool, layouts: list | None = None) -> None:
         """Messages published back to back to the same exchange with the
         same routing key (their properties may differ): routed once where
         nothing in them can route them apart, queued together where every
@@ -328,7 +329,7 @@ class Channel:
             if header is not last_header and (header[HEADER_PREFIX] & INSPECT_FLAGS
                                               or header[HEADER_PREFIX + 1] & USER_ID_FLAG):
                 try:
-                    self._check_content(message)
+                    self._check_content(message, layouts[checked] if layouts else None)
                 except AMQPError as error:
                     refusal = error
                     break

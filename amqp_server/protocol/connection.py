@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..wire import frames
 from ..wire.methods import MethodDecodeError, UnknownMethod, decode_method, make
-from ..wire.properties import check_properties
+from ..wire.properties import scan_properties
 from ..wire.table import FieldTable, decode_table_body
 from ..broker.message import HEADER_PREFIX, Message
 from .channel import Channel
@@ -358,6 +358,7 @@ class Connection:
             return 0  # malformed, immediate, oversized or not class 60: the slow path says why
         exchange, routing_key, route, bits, routing_keys = fields
         header = data[pos + 7 : header_end]
+        layout = None  # where its headers and expiration are, once scanned
         if header == self._last_header:
             # Same properties as the previous publish: queued messages share
             # one header object (about 50 bytes each for a deep queue), and
@@ -369,7 +370,7 @@ class Connection:
             repeating = properties == self._last_properties  # another body size
             if not repeating:
                 try:
-                    check_properties(properties)
+                    layout = scan_properties(header, HEADER_PREFIX)
                 except ValueError:
                     return 0  # the slow path says what is wrong
                 self._last_properties = properties
@@ -381,24 +382,26 @@ class Connection:
         if body_size and data.startswith(payload, next_pos + 7):
             largest = min(self.frame_max, self.config.max_message_size)
             start = pos - 8 - len(payload)
+            layouts = None
             if repeating:
                 headers, bodies, next_pos = repeated_publishes(
                     data, start, pos, header, next_pos, end_of_data, largest)
             else:
-                headers, bodies, next_pos = following_publishes(
-                    data, data[start:pos], header, next_pos, end_of_data, channel.number,
-                    largest)
+                headers, layouts, bodies, next_pos = following_publishes(
+                    data, data[start:pos], header, layout, next_pos, end_of_data,
+                    channel.number, largest)
                 if headers:
                     self._last_header = headers[-1]
                     self._last_properties = headers[-1][HEADER_PREFIX:]
+                    layouts.insert(0, layout)
             if bodies:
                 run = [message, *map(Message, repeat(exchange), repeat(routing_key),
                                      repeat(route), headers, bodies, repeat(routing_keys))]
         try:
             if run is None:
-                channel.publish(message, bool(bits & 1))
+                channel.publish(message, bool(bits & 1), layout)
             else:
-                channel.publish_run(run, bool(bits & 1))
+                channel.publish_run(run, bool(bits & 1), layouts)
         except AMQPError as error:
             if error.closes_connection:
                 raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 
-from ..wire.properties import check_properties
+from ..wire.properties import scan_properties
 
 _BODY_SIZE = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -77,18 +77,20 @@ _FRAME_HEADER = struct.Struct(">BHI")
 _CLASS_60 = b"\x00\x3c"
 
 
-def following_publishes(data: bytes, method: bytes, header: bytes, pos: int, end: int,
-                        channel: int, largest: int) -> tuple[list, list, int]:
-    """The publishes from `pos` on, after one with content header `header`,
-    whose method frame is `method` (bytes,
+def following_publishes(data: bytes, method: bytes, header: bytes, layout, pos: int,
+                        end: int, channel: int, largest: int) -> tuple[list, list, list, int]:
+    """The publishes from `pos` on, after one with content header `header`
+    (`layout`, from scan_properties), whose method frame is `method` (bytes,
     frame header to frame end), each with a content header of class 60
-    whose properties pass `check_properties` and one body frame of 1 to
-    `largest` octets.  Returns their content header payloads, their bodies
-    and where the next frame starts; anything else ends the run, to be read
-    (and refused if need be) one frame at a time."""
+    whose properties pass `scan_properties` and one body frame of 1 to
+    `largest` octets.  Returns their content header payloads, the layouts
+    scan_properties found, their bodies and where the next frame starts;
+    anything else ends the run, to be read (and refused if need be) one
+    frame at a time."""
     headers: list[bytes] = []
+    layouts: list = []
     bodies: list[bytes] = []
-    seen: dict[bytes, bytes] = {header: header}
+    seen: dict[bytes, tuple] = {header: (header, layout)}
     length = len(method)
     unpack = _FRAME_HEADER.unpack_from
     startswith = data.startswith
@@ -111,14 +113,15 @@ def following_publishes(data: bytes, method: bytes, header: bytes, pos: int, end
         header = data[at + 7:header_end]
         known = seen.get(header)
         if known is not None:
-            header = known  # messages alike share one header (and its checks)
+            header, layout = known  # messages alike share one header (and its checks)
         else:
             try:
-                check_properties(header[12:])
+                layout = scan_properties(header, 12)
             except ValueError:
                 break
-            seen[header] = header
+            seen[header] = (header, layout)
         headers.append(header)
+        layouts.append(layout)
         bodies.append(data[header_end + 8:body_end])
         pos = body_end + 1
-    return headers, bodies, pos
+    return headers, layouts, bodies, pos

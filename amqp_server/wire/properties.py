@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, fields
 
-from .table import FieldTable, Timestamp, decode_table, encode_table
+from .table import FieldTable, Timestamp, check_table_body, decode_table, encode_table
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -120,21 +120,34 @@ def decode_properties(raw: bytes) -> Properties:
 _SIZES = {"octet": 1, "timestamp": 8}
 
 
-def check_properties(raw: bytes) -> None:
-    """Raise ValueError unless every property the flags announce fits in
-    `raw`: what a publish must pass before the broker keeps its header
-    undecoded (the headers table itself is decoded at publish)."""
-    size = len(raw)
-    flags, offset = _property_flags(raw)
-    for name, kind in _present(flags):
-        if kind == "shortstr":
-            offset += 1 + (raw[offset] if offset < size else 0)
-        elif kind == "table":
-            offset += 4 + (_U32.unpack_from(raw, offset)[0] if offset + 4 <= size else 0)
-        else:
-            offset += _SIZES[kind]
-        if offset > size:
-            raise ValueError(f"property {name} exceeds header")
+def scan_properties(header: bytes, offset: int) -> "Layout | None":
+    """What a publish must pass before the broker keeps its content header
+    undecoded: every property the flags announce fits, and the headers
+    table is well formed (checked, not decoded).  Returns where the headers
+    table and the expiration are (as `locate`), or None for a header with
+    continuation flags, which no client sends (then checked by decoding).
+    Raises ValueError otherwise."""
+    try:
+        layout = locate(header, offset)
+        if layout is None:
+            decode_properties(header[offset:])
+            return None
+        flags, h_start, h_end, _, pos = layout
+        # The properties after expiration, by hand as in `locate`.
+        if flags & 0x0080:  # message-id
+            pos += 1 + header[pos]
+        if flags & 0x0040:  # timestamp
+            pos += 8
+        for bit in (0x0020, 0x0010, 0x0008, 0x0004):  # type, user-id, app-id, cluster-id
+            if flags & bit:
+                pos += 1 + header[pos]
+    except (IndexError, struct.error):
+        raise ValueError("content header properties truncated") from None
+    if pos > len(header):
+        raise ValueError("content header properties truncated")
+    if h_end > h_start:
+        check_table_body(header, h_start + 4, h_end)
+    return layout
 
 
 def encode_properties(props: Properties, raw_headers: bytes | None = None) -> bytes:
@@ -240,7 +253,7 @@ def delivery_mode(header: bytes, offset: int) -> int | None:
 def user_id(header: bytes, offset: int) -> str | None:
     """The user-id property read in place: what comes before it is skipped
     (the headers table included), never decoded.  The header has passed
-    `check_properties`."""
+    `scan_properties`."""
     flags, pos = _property_flags(header[offset:offset + 8])
     pos += offset
     for name, kind in _present(flags):
