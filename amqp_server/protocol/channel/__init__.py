@@ -1,0 +1,5 @@
+"""One AMQP channel (core.Channel) and its parts."""
+
+from .core import Channel
+
+__all__ = ["Channel"]

@@ -1,0 +1,155 @@
+"""The channel's consuming part: basic.qos, consume, cancel and get, and
+deliveries written to the connection."""
+
+from __future__ import annotations
+
+from pamqp import commands as spec
+
+from ...broker.permissions import READ
+from ...broker.vhost import server_generated_name
+from ...errors import (
+    access_refused,
+    not_allowed,
+    not_found,
+    not_implemented,
+    resource_name,
+)
+from ...wire import frames
+from ...wire.methods import make
+from ..consumer import Consumer
+
+
+class ConsumingPart:
+    def deliver(self, consumer: Consumer, queue, entry) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        message = entry.message
+        data = frames.deliver(
+            self.number, consumer.tag_bytes, tag, entry.redelivered, message.route,
+            message.header, message.body, self.conn.frame_max)
+        if self.count_before_delivery:
+            self._write_counted(queue, entry, data)
+        else:
+            self.conn.write(data)
+        if consumer.no_ack:
+            queue.settle((entry,))
+        else:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+
+    def deliver_many(self, consumer: Consumer, queue, entries: list) -> None:
+        """`deliver` for several entries at once, written as one buffer."""
+        if self.count_before_delivery:
+            for entry in entries:
+                self.deliver(consumer, queue, entry)
+            return
+        tag = self.next_tag
+        count = len(entries)
+        self.next_tag = tag + count
+        self.conn.write(frames.deliver_many(self.number, consumer.tag_bytes, tag, entries,
+                                            self.conn.frame_max))
+        if consumer.no_ack:
+            queue.settle(entries)
+        else:
+            self.unacked.update(zip(range(tag, tag + count),
+                                    [(queue, entry, consumer) for entry in entries]))
+            consumer.unacked += count
+
+    def _write_counted(self, queue, entry, data: bytes) -> None:
+        """Artemis's persist-delivery-count-before-delivery: the frames go
+        out once the record counting this delivery is on disk, so a crash
+        can never hide that the message was delivered."""
+        store = self.conn.broker.store
+        generation = store.count_delivery(queue.vhost, queue.name, entry) if (
+            store is not None and entry.segment is not None) else 0
+        if self._held or generation > (store.synced if store is not None else 0):
+            self._held.append((generation, 0, data))
+            store.wait(self)
+        else:
+            self.conn.write(data)
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.tag) is not consumer:
+            return
+        del self.consumers[consumer.tag]
+        if self.conn.capabilities.get("consumer_cancel_notify") and not self.closing:
+            self.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
+
+    def redispatch(self) -> None:
+        for queue in {c.queue for c in self.consumers.values()}:
+            queue.dispatch()
+
+    def _queue_name(self, name: str) -> str:
+        if name == "":
+            if not self.last_queue:
+                raise not_found("no previously declared queue")
+            return self.last_queue
+        return name
+
+    def _owned_queue(self, name: str):
+        queue = self.vhost.queue(self._queue_name(name))
+        self.vhost.check_exclusive_access(queue, self.conn)
+        return queue
+
+    def _basic_qos(self, method) -> None:
+        if method.prefetch_size:
+            raise not_implemented(f"prefetch_size!=0 ({method.prefetch_size})")
+        if method.global_:
+            self.global_prefetch = method.prefetch_count
+        else:
+            self.consumer_prefetch = method.prefetch_count
+        self.send(make(spec.Basic.QosOk))
+        self.redispatch()
+
+    def _basic_consume(self, method) -> None:
+        tag = method.consumer_tag
+        if tag in self.consumers:
+            raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        self._allow(READ, "queue", self._queue_name(method.queue))
+        queue = self._owned_queue(method.queue)
+        if method.exclusive and queue.consumers or queue.exclusive_consumer is not None:
+            raise access_refused(
+                f"{resource_name('queue', queue.name, self.vhost.name)} in exclusive use")
+        if not tag:
+            tag = server_generated_name("amq.ctag")
+        consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
+                            self.consumer_prefetch, method.arguments)
+        self.consumers[tag] = consumer
+        if not method.nowait:
+            self.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))
+        queue.add_consumer(consumer, method.exclusive)
+
+    def _basic_cancel(self, method) -> None:
+        consumer = self.consumers.pop(method.consumer_tag, None)
+        if consumer is not None:
+            self._detach(consumer)
+        if not method.nowait:
+            self.send(make(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
+
+    def _detach(self, consumer: Consumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.auto_delete_due:
+            self.vhost.remove_queue(queue)
+
+    def _basic_get(self, method) -> None:
+        self._allow(READ, "queue", self._queue_name(method.queue))
+        queue = self._owned_queue(method.queue)
+        entry = queue.take_one()
+        if entry is None:
+            self.send(make(spec.Basic.GetEmpty))
+            return
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if method.no_ack:
+            queue.settle((entry,))
+        else:
+            self.unacked[tag] = (queue, entry, None)
+        message = entry.message
+        data = frames.get_ok(
+            self.number, tag, entry.redelivered, message.route, queue.message_count,
+            message.header, message.body, self.conn.frame_max)
+        if self.count_before_delivery:
+            self._write_counted(queue, entry, data)
+        else:
+            self.conn.write(data)
