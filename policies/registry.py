@@ -41,6 +41,14 @@ def check_non_neg_int(typed, args) -> str | None:
     return error
 
 
+def check_max_priority(typed, args) -> str | None:
+    """rabbit_amqqueue: a priority is an octet (at most 255)."""
+    error = check_non_neg_int(typed, args)
+    if error is None and typed[1] > 255:
+        return f"{{max_value_exceeded,{typed[1]}}}"
+    return error
+
+
 def check_expiry(typed, args) -> str | None:
     return check_int(typed, args) or expiry_error(typed[1])
 
@@ -254,7 +262,7 @@ OTHER_ARGUMENT_CHECKS: dict[str, Check] = {
     QPID_MAX_DELIVERY_COUNT: check_non_neg_int,
     QPID_DLQ_ENABLED: check_qpid_flag,
     "x-queue-type": check_queue_type,
-    "x-max-priority": check_non_neg_int,
+    "x-max-priority": check_max_priority,
     "x-single-active-consumer": check_bool,
     "x-max-in-memory-length": check_non_neg_int,
     "x-max-in-memory-bytes": check_non_neg_int,

@@ -250,6 +250,23 @@ def delivery_mode(header: bytes, offset: int) -> int | None:
     return header[pos]
 
 
+def message_priority(header: bytes, offset: int) -> int | None:
+    """The priority property read in place (what comes before it skipped)."""
+    (flags,) = _U16.unpack_from(header, offset)
+    if not flags & (1 << 11):
+        return None
+    pos = offset + 2
+    if flags & (1 << 15):
+        pos += 1 + header[pos]
+    if flags & (1 << 14):
+        pos += 1 + header[pos]
+    if flags & _HEADERS_BIT:
+        pos += 4 + _U32.unpack_from(header, pos)[0]
+    if flags & (1 << 12):
+        pos += 1
+    return header[pos]
+
+
 def user_id(header: bytes, offset: int) -> str | None:
     """The user-id property read in place: what comes before it is skipped
     (the headers table included), never decoded.  The header has passed

@@ -33,6 +33,7 @@ from ...wire.table import FieldTable
 from ..message import Entry, Message
 from ..timers import Alarm, Timers, now_ms
 from .limits import LimitsPart
+from .ordering import ready_for
 from .outcome import ACCEPTED
 from .paging import PagingPart
 from .redelivery import RedeliveryPart
@@ -59,7 +60,8 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments or FieldTable()
-        self.ready: deque[Entry] = deque()
+        # x-max-priority is an argument only (RabbitMQ takes no policy for it).
+        self.ready = ready_for(self.arguments.get("x-max-priority"))
         self.ready_bytes = 0
         self.consumers: deque = deque()
         self.exclusive_consumer = None

@@ -6,7 +6,6 @@ x-expires, which deletes a queue nobody uses."""
 from __future__ import annotations
 
 import heapq
-from collections import deque
 
 from dlx import limits
 from dlx.expiry import clamp_ttl, effective_ttl
@@ -104,8 +103,7 @@ class LimitsPart:
             return count
         expired = [e for e in self.ready if e.deadline is not None and now >= e.deadline]
         if expired:
-            gone = {id(e) for e in expired}
-            self.ready = deque(e for e in self.ready if id(e) not in gone)
+            self.ready.drop({id(e) for e in expired})
             self.ready_bytes -= sum(len(e.message.body) for e in expired)
             if not self.ready and self.paged_count:
                 self._page_in()

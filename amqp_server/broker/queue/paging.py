@@ -22,6 +22,8 @@ class PagingPart:
         paged already."""
         if self.paged_count:
             return True
+        if not self.ready.pages:
+            return False
         if stored:
             return len(self.ready) >= self.page_limit or self.ready_bytes >= self.page_bytes_limit
         return (len(self.ready) >= self.transient_page_limit
@@ -130,7 +132,7 @@ class PagingPart:
         yet (the page file is read in order) and only where the head is in
         seq order (quorum queues put returned messages at the head)."""
         ready = self.ready
-        if self.paged_count or self.is_quorum or self.paging is None:
+        if self.paged_count or self.is_quorum or self.paging is None or not ready.pages:
             return 0
         keep = self.page_limit
         count = len(ready) - keep

@@ -10,9 +10,7 @@ Dead letters no target took yet (quorum at-least-once) wait here too."""
 
 from __future__ import annotations
 
-import bisect
 import heapq
-from operator import attrgetter
 
 from dlx import limits
 from dlx.redelivery import DEAD, LATER, after_return
@@ -20,7 +18,6 @@ from dlx.redelivery import DEAD, LATER, after_return
 from ..message import Entry, Message
 from ..timers import now_ms
 
-_SEQ = attrgetter("seq")
 
 
 class RedeliveryPart:
@@ -41,16 +38,7 @@ class RedeliveryPart:
         for entry in entries:
             entry.redelivered = True
             self.ready_bytes += len(entry.message.body)
-        if self.is_quorum:
-            self.ready.extendleft(reversed(entries))
-        else:
-            entries = sorted(entries, key=_SEQ)
-            ready = self.ready
-            if not ready or entries[-1].seq < ready[0].seq:
-                ready.extendleft(reversed(entries))
-            else:
-                for entry in entries:
-                    ready.insert(bisect.bisect_left(ready, entry.seq, key=_SEQ), entry)
+        self.ready.put_back(entries, self.is_quorum)
         if self.settings.has_length_limit and self.settings.overflow == limits.DROP_HEAD:
             self._drop_head()
         if self.consumers:

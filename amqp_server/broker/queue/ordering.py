@@ -1,0 +1,129 @@
+"""The queue's ordering part: which ready message leaves next.
+
+`FifoReady` is publish order (a deque, so the hot path stays in C): a
+classic queue puts a returned message back where it was, by its per-queue
+sequence number; a quorum queue puts it at the head.  `PriorityReady`
+(`x-max-priority`) keeps one such FIFO per priority and serves the highest
+first; a message without a priority counts as 0, one above the maximum as
+the maximum (rabbit_priority_queue).
+
+Both take the same calls from the queue: append/extend at the tail,
+popleft at the head, `[0]` to look at the head, `put_back` for returns and
+`drop` for the reaper; `pages` says whether the tail may go to a page file
+(the page file is read back in publish order, which a priority queue does
+not keep)."""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from operator import attrgetter
+
+from ...wire.properties import message_priority
+from ..message import HEADER_PREFIX, Entry
+
+_SEQ = attrgetter("seq")
+
+
+class FifoReady(deque):
+    __slots__ = ()
+    pages = True
+
+    def put_back(self, entries: list[Entry], at_head: bool) -> None:
+        """Returned messages: at the head (quorum), or back in their places."""
+        if at_head:
+            self.extendleft(reversed(entries))
+            return
+        entries = sorted(entries, key=_SEQ)
+        if not self or entries[-1].seq < self[0].seq:
+            self.extendleft(reversed(entries))
+        else:
+            for entry in entries:
+                self.insert(bisect.bisect_left(self, entry.seq, key=_SEQ), entry)
+
+    def drop(self, doomed: set[int]) -> None:
+        """Remove the entries whose id() is in `doomed`, wherever they are."""
+        kept = [entry for entry in self if id(entry) not in doomed]
+        self.clear()
+        self.extend(kept)
+
+
+class PriorityReady:
+    pages = False
+
+    def __init__(self, max_priority: int) -> None:
+        self.max_priority = max_priority
+        self.levels = [FifoReady() for _ in range(max_priority + 1)]
+        self._count = 0
+
+    def _level(self, entry: Entry) -> FifoReady:
+        priority = message_priority(entry.message.header, HEADER_PREFIX) or 0
+        return self.levels[min(priority, self.max_priority)]
+
+    def append(self, entry: Entry) -> None:
+        self._level(entry).append(entry)
+        self._count += 1
+
+    def extend(self, entries) -> None:
+        for entry in entries:
+            self.append(entry)
+
+    def popleft(self) -> Entry:
+        for level in reversed(self.levels):
+            if level:
+                self._count -= 1
+                return level.popleft()
+        raise IndexError("pop from an empty queue")
+
+    def pop(self) -> Entry:
+        """The last to leave: the newest of the lowest priority."""
+        for level in self.levels:
+            if level:
+                self._count -= 1
+                return level.pop()
+        raise IndexError("pop from an empty queue")
+
+    def __getitem__(self, index: int) -> Entry:
+        if index < 0:
+            index += self._count
+        for level in reversed(self.levels):
+            if index < len(level):
+                return level[index]
+            index -= len(level)
+        raise IndexError("queue index out of range")
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self):
+        for level in reversed(self.levels):
+            yield from level
+
+    def clear(self) -> None:
+        for level in self.levels:
+            level.clear()
+        self._count = 0
+
+    def put_back(self, entries: list[Entry], at_head: bool) -> None:
+        """Each returned message goes back into its own priority."""
+        by_level: dict[int, list[Entry]] = {}
+        for entry in entries:
+            by_level.setdefault(id(self._level(entry)), []).append(entry)
+        for level in self.levels:
+            mine = by_level.get(id(level))
+            if mine:
+                level.put_back(mine, at_head)
+        self._count += len(entries)
+
+    def drop(self, doomed: set[int]) -> None:
+        for level in self.levels:
+            level.drop(doomed)
+        self._count = sum(map(len, self.levels))
+
+
+def ready_for(max_priority: int | None):
+    """The ordering a queue declared with these arguments keeps."""
+    return PriorityReady(max_priority) if max_priority else FifoReady()
