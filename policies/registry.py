@@ -343,3 +343,15 @@ def validate_queue_arguments(arguments: FieldTable) -> str:
         if name in ALL_QUEUE_ARGUMENTS and name not in accepted:
             raise ArgumentError(name, "", module)
     return queue_type
+
+
+def consumer_priority(arguments: FieldTable | None) -> int:
+    """basic.consume's `x-priority` (rabbit_channel: an integer of any
+    width, 0 without one); ArgumentError otherwise."""
+    typed = typed_value(arguments, "x-priority") if arguments else None
+    if typed is None:
+        return 0
+    error = check_int(typed, arguments)
+    if error:
+        raise ArgumentError("x-priority", error)
+    return typed[1]

@@ -165,6 +165,8 @@ def test_cc_and_bcc_route_at_publish_and_bcc_is_hidden(vhost):
 class TakeAll:
     """A consumer with room for everything; keeps the bodies it gets."""
 
+    priority = 0
+
     def __init__(self):
         self.got = []
 

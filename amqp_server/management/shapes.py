@@ -86,6 +86,7 @@ def queue_json(queue) -> dict:
         "messages_paged_out": queue.paged_count,
         "message_bytes_paged_out": queue.paged_bytes,
         "consumers": len(queue.consumers),
+        "single_active_consumer_tag": _single_active_tag(queue),
         "policy": policy.name if policy else None,
         "operator_policy": operator.name if operator else None,
         "effective_policy_definition": effective,
@@ -93,6 +94,11 @@ def queue_json(queue) -> dict:
                           "ack": queue.acked},
         **dead_letter_counters(queue),
     }
+
+
+def _single_active_tag(queue) -> str | None:
+    active = getattr(queue.consumers, "active", None)
+    return active.tag if active is not None else None
 
 
 def exchange_json(exchange) -> dict:
@@ -181,5 +187,19 @@ def consumer_json(conn, channel, consumer) -> dict:
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
         "arguments": jsonable(consumer.arguments or {}),
-        "active": True,
+        "active": _is_active(consumer),
+        # RabbitMQ's words: single_active / waiting on a single-active-consumer queue.
+        "activity_status": _activity(consumer),
+        "consumer_priority": consumer.priority,
     }
+
+
+def _is_active(consumer) -> bool:
+    return consumer.queue.consumers.is_active(consumer)
+
+
+def _activity(consumer) -> str:
+    consumers = consumer.queue.consumers
+    if not hasattr(consumers, "active"):
+        return "up"
+    return "single_active" if consumers.is_active(consumer) else "waiting"

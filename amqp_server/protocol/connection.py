@@ -72,7 +72,7 @@ SERVER_CAPABILITIES = {
     "basic.nack": True,
     "consumer_cancel_notify": True,
     "connection.blocked": True,
-    "consumer_priorities": False,
+    "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
     "direct_reply_to": False,

@@ -12,10 +12,10 @@ ROOM_CEILING = 1000
 
 class Consumer:
     __slots__ = ("tag", "tag_bytes", "channel", "queue", "no_ack", "exclusive",
-                 "prefetch", "unacked", "arguments")
+                 "prefetch", "unacked", "arguments", "priority")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
-                 prefetch: int, arguments) -> None:
+                 prefetch: int, arguments, priority: int = 0) -> None:
         self.tag = tag
         self.tag_bytes = shortstr(tag)  # encoded once, written on every delivery
         self.channel = channel
@@ -26,6 +26,7 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments
+        self.priority = priority  # x-priority: served before lower ones while it has room
 
     def can_take(self) -> bool:
         if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:

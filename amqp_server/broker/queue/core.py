@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import random
 import sys
-from collections import Counter, deque
+from collections import Counter
 from typing import Callable
 
 from policies.effective import QueueSettings, resolve
@@ -32,6 +32,7 @@ from dlx import limits
 from ...wire.table import FieldTable
 from ..message import Entry, Message
 from ..timers import Alarm, Timers, now_ms
+from .dispatch import PriorityGroups, RoundRobin, SingleActive
 from .limits import LimitsPart
 from .ordering import ready_for
 from .outcome import ACCEPTED
@@ -63,7 +64,9 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         # x-max-priority is an argument only (RabbitMQ takes no policy for it).
         self.ready = ready_for(self.arguments.get("x-max-priority"))
         self.ready_bytes = 0
-        self.consumers: deque = deque()
+        # x-single-active-consumer is an argument only, as in RabbitMQ.
+        self.consumers = (SingleActive() if self.arguments.get("x-single-active-consumer") is True
+                          else RoundRobin())
         self.exclusive_consumer = None
         self.had_consumers = False
         self.unacked = 0
@@ -153,17 +156,15 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
             consumers = self.consumers
             if consumers and not self.ready:
                 # The hot path: straight to the next consumer with room.
-                for _ in range(len(consumers)):
-                    consumer = consumers[0]
-                    consumers.rotate(-1)
-                    if consumer.can_take():
-                        # _deliver_to, inlined: this runs once per publish.
-                        self.unacked += 1
-                        self.delivered += 1
-                        if entry.segment is not None:
-                            self.store.delivered(self.vhost, self.name, entry)
-                        consumer.take(self, entry)
-                        return ACCEPTED
+                consumer = consumers.next_with_room()
+                if consumer is not None:
+                    # _deliver_to, inlined: this runs once per publish.
+                    self.unacked += 1
+                    self.delivered += 1
+                    if entry.segment is not None:
+                        self.store.delivered(self.vhost, self.name, entry)
+                    consumer.take(self, entry)
+                    return ACCEPTED
             # Messages already waiting mean no consumer has room: whatever
             # frees room (ack, qos, flow, a flushed socket) dispatches.
             self._append(entry, len(message.body))
@@ -199,20 +200,17 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
     def _hand_out(self, entries: list) -> list:
         """Give entries to consumers with room, in turn; returns the rest."""
         consumers = self.consumers
-        if len(consumers) == 1:
-            room = consumers[0].room()
+        sole = consumers.sole()
+        if sole is not None:
+            room = sole.room()
             if room:
-                self._deliver_to(consumers[0], entries[:room])
+                self._deliver_to(sole, entries[:room])
             return entries[room:]
         for index, entry in enumerate(entries):
-            for _ in range(len(consumers)):
-                consumer = consumers[0]
-                consumers.rotate(-1)
-                if consumer.can_take():
-                    self._deliver_to(consumer, [entry])
-                    break
-            else:
+            consumer = consumers.next_with_room()
+            if consumer is None:
                 return entries[index:]
+            self._deliver_to(consumer, [entry])
         return []
 
     def _deliver_to(self, consumer, entries: list) -> None:
@@ -258,8 +256,9 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         """The delivery loop: a single consumer takes batches, several take
         turns; with `now`, an entry that expired behind the head dies
         instead of being delivered (checked one at a time)."""
-        if now is None and len(self.consumers) == 1:
-            self._dispatch_batches(self.consumers[0])
+        sole = self.consumers.sole() if now is None else None
+        if sole is not None:
+            self._dispatch_batches(sole)
         else:
             self._dispatch_in_turn(now)
         if self.paged_count and len(self.ready) < self.page_limit >> 1:
@@ -269,24 +268,20 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         """One message at a time to each consumer with room, in turn."""
         ready = self.ready
         consumers = self.consumers
-        misses = 0
-        while consumers and misses < len(consumers):
+        while consumers:
             if not ready:
                 if not self.paged_count:
                     break
                 self._page_in()
-            consumer = consumers[0]
-            consumers.rotate(-1)
-            if consumer.can_take():
-                if now is not None and ready[0].deadline is not None and now >= ready[0].deadline:
-                    self.expire(now)
-                    continue
-                entry = ready.popleft()
-                self.ready_bytes -= len(entry.message.body)
-                self._deliver_to(consumer, [entry])
-                misses = 0
-            else:
-                misses += 1
+            consumer = consumers.next_with_room()
+            if consumer is None:
+                break
+            if now is not None and ready[0].deadline is not None and now >= ready[0].deadline:
+                self.expire(now)
+                continue
+            entry = ready.popleft()
+            self.ready_bytes -= len(entry.message.body)
+            self._deliver_to(consumer, [entry])
 
     def _dispatch_batches(self, consumer) -> None:
         """A single consumer takes what it has room for in batches, each
@@ -369,21 +364,26 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         self.dlx_pending.clear()
 
     def add_consumer(self, consumer, exclusive: bool) -> None:
-        self.consumers.append(consumer)
+        if consumer.priority and isinstance(self.consumers, RoundRobin):
+            self.consumers = PriorityGroups.of(self.consumers)
+        self.consumers.add(consumer)
         self.had_consumers = True
         if exclusive:
             self.exclusive_consumer = consumer
         self.dispatch()
 
     def remove_consumer(self, consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+        if not self.consumers.discard(consumer):
             return
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
         if not self.consumers:
             self.touch()
+        elif self.ready and not consumer.unacked:
+            # A single active consumer's successor starts now; if the one
+            # that went still holds messages, once they are settled or back
+            # (first in line), as in RabbitMQ.
+            self.dispatch()
 
     @property
     def auto_delete_due(self) -> bool:

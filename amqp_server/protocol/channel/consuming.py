@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pamqp import commands as spec
 
+from policies.registry import ArgumentError, consumer_priority
+
 from ...broker.permissions import READ
 from ...broker.vhost import server_generated_name
 from ...errors import (
@@ -12,6 +14,7 @@ from ...errors import (
     not_allowed,
     not_found,
     not_implemented,
+    precondition_failed,
     resource_name,
 )
 from ...wire import frames
@@ -110,10 +113,15 @@ class ConsumingPart:
         if method.exclusive and queue.consumers or queue.exclusive_consumer is not None:
             raise access_refused(
                 f"{resource_name('queue', queue.name, self.vhost.name)} in exclusive use")
+        try:
+            priority = consumer_priority(method.arguments)
+        except ArgumentError as error:
+            raise precondition_failed(error.message(
+                resource_name("queue", queue.name, self.vhost.name))) from None
         if not tag:
             tag = server_generated_name("amq.ctag")
         consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
-                            self.consumer_prefetch, method.arguments)
+                            self.consumer_prefetch, method.arguments, priority)
         self.consumers[tag] = consumer
         if not method.nowait:
             self.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))

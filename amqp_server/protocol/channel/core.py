@@ -118,15 +118,13 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
             self.redispatch()
 
     def release(self) -> None:
-        """Channel closing: cancel consumers, requeue what is unacknowledged."""
+        """Channel closing: requeue what is unacknowledged, then cancel the
+        consumers (as RabbitMQ, so that a single active consumer's successor
+        gets the returned messages first: they are back before it starts)."""
         self.closing = True
         self._publish = None
         self._header = None
         self._body = []
-        consumers = list(self.consumers.values())
-        self.consumers.clear()
-        for consumer in consumers:
-            self._detach(consumer)
         taken = list(self.unacked.items())
         self.unacked.clear()
         if self.tx:
@@ -134,3 +132,7 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
                          for pair in action[1])
             self.tx = None
         self._requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            self._detach(consumer)
