@@ -19,7 +19,7 @@ class ExpirationError(ValueError):
 def parse_expiration(value: str) -> int:
     """Milliseconds from an `expiration` property, or ExpirationError with
     the term RabbitMQ prints ("invalid expiration '...': <term>")."""
-    text = value.strip()
+    text = value  # string:to_integer: no leading spaces; anything after is left over
     digits = text[1:] if text[:1] in "+-" else text
     count = len(digits) - len(digits.lstrip("0123456789"))
     if count == 0:

@@ -49,6 +49,22 @@ def check_max_priority(typed, args) -> str | None:
     return error
 
 
+def check_queue_mode(typed, args) -> str | None:
+    kind, value = typed
+    if kind != "longstr":
+        return f"{{unacceptable_type,{kind}}}"
+    if _text(value) not in QUEUE_MODES:
+        return f'"unsupported queue mode \'{_text(value)}\'"'
+    return None
+
+
+def check_queue_version(typed, args) -> str | None:
+    error = check_non_neg_int(typed, args)
+    if error is None and typed[1] not in (1, 2):
+        return f'"unsupported queue version \'{typed[1]}\'"'
+    return error
+
+
 def check_expiry(typed, args) -> str | None:
     return check_int(typed, args) or expiry_error(typed[1])
 
@@ -242,6 +258,8 @@ ARTEMIS_ARGUMENTS = frozenset(s.argument for s in SETTINGS if s.argument
                               and (s.merge == FIRST_SET or s.alias_of))
 # Qpid's queue-declare properties (seed 004): arguments only.
 QPID_MAX_DELIVERY_COUNT = "x-qpid-maximum-delivery-count"
+# Classic queue modes: "lazy" pages messages out as soon as they arrive.
+QUEUE_MODES = ("default", "lazy")
 QPID_DLQ_ENABLED = "x-qpid-dlq-enabled"
 
 
@@ -264,6 +282,8 @@ OTHER_ARGUMENT_CHECKS: dict[str, Check] = {
     "x-queue-type": check_queue_type,
     "x-max-priority": check_max_priority,
     "x-single-active-consumer": check_bool,
+    "x-queue-mode": check_queue_mode,
+    "x-queue-version": check_queue_version,
     "x-max-in-memory-length": check_non_neg_int,
     "x-max-in-memory-bytes": check_non_neg_int,
 }

@@ -9,7 +9,7 @@ not scan the binding list.
 from __future__ import annotations
 
 from ..errors import access_refused, precondition_failed, resource_name
-from ..wire.table import FieldTable, encode_table
+from ..wire.table import FieldTable, encode_array, encode_table, infer_type
 from .topic import TopicTrie
 
 
@@ -216,23 +216,50 @@ class HeadersExchange(Exchange):
 
 
 def headers_match(arguments: FieldTable, headers: dict) -> bool:
-    """RabbitMQ's rabbit_exchange_type_headers match, on one binding."""
+    """RabbitMQ 3.13's rabbit_exchange_type_headers match, on one binding:
+    values equal as Erlang terms (=:=), so every integer width is one
+    integer, but an integer is not a float and `true` is not 1."""
     mode = arguments.get("x-match", "all")
     with_x = mode in ("all-with-x", "any-with-x")
     want_any = mode in ("any", "any-with-x")
     types = arguments.types
+    header_types = getattr(headers, "types", {})
     for key, expected in arguments.items():
         if key == "x-match" or (not with_x and key.startswith("x-")):
             continue
         if types.get(key) == "void" or expected is None:
             ok = key in headers
         else:
-            ok = key in headers and headers[key] == expected
+            ok = key in headers and _term(header_types.get(key), headers[key], 1000) == _term(
+                types.get(key), expected, 1)
         if want_any and ok:
             return True
         if not want_any and not ok:
             return False
     return not want_any
+
+
+_INTEGERS = frozenset(("byte", "short", "signedint", "long", "unsignedbyte",
+                       "unsignedshort", "unsignedint"))
+
+
+def _term(kind: str | None, value, timestamp_scale: int) -> tuple:
+    """A header value as the Erlang term RabbitMQ compares.  Message
+    headers carry timestamps in milliseconds there (mc_amqpl multiplies
+    them by 1000); binding arguments keep theirs."""
+    kind = kind or infer_type(value)
+    if kind in _INTEGERS:
+        return ("integer", value)
+    if kind == "timestamp":
+        return ("integer", int(value) * timestamp_scale)
+    if kind in ("float", "double"):
+        return ("float", value)
+    if kind in ("longstr", "binary"):
+        return ("binary", value.encode("utf-8", "surrogateescape")
+                if isinstance(value, str) else bytes(value))
+    if kind in ("table", "array"):
+        return (kind, encode_table(value) if kind == "table" else encode_array(value))
+    return (kind, value)
 
 
 class DefaultExchange(DirectExchange):

@@ -11,6 +11,12 @@ from __future__ import annotations
 _CACHE_LIMIT = 4096
 
 
+def words(key: str) -> list[str]:
+    """rabbit_db_topic_exchange:split_topic_key: the empty key has no words
+    (so `*` does not match it); "a." is ["a", ""]."""
+    return key.split(".") if key else []
+
+
 class _Node:
     __slots__ = ("children", "destinations")
 
@@ -27,15 +33,15 @@ class TopicTrie:
 
     def add(self, binding_key: str, destination: object) -> None:
         node = self._root
-        for word in binding_key.split("."):
+        for word in words(binding_key):
             node = node.children.setdefault(word, _Node())
         node.destinations[destination] = node.destinations.get(destination, 0) + 1
         self._cache.clear()
 
     def remove(self, binding_key: str, destination: object) -> None:
         path = [self._root]
-        words = binding_key.split(".")
-        for word in words:
+        key_words = words(binding_key)
+        for word in key_words:
             child = path[-1].children.get(word)
             if child is None:
                 return
@@ -47,11 +53,11 @@ class TopicTrie:
         else:
             leaf.destinations[destination] = count - 1
         # Prune empty branches so the trie does not grow with churn.
-        for depth in range(len(words), 0, -1):
+        for depth in range(len(key_words), 0, -1):
             node = path[depth]
             if node.children or node.destinations:
                 break
-            del path[depth - 1].children[words[depth - 1]]
+            del path[depth - 1].children[key_words[depth - 1]]
         self._cache.clear()
 
     def match(self, routing_key: str) -> frozenset:
@@ -59,14 +65,14 @@ class TopicTrie:
         if cached is not None:
             return cached
         found: set = set()
-        self._match(self._root, routing_key.split("."), 0, found, set())
+        self._match(self._root, words(routing_key), 0, found, set())
         result = frozenset(found)
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[routing_key] = result
         return result
 
-    def _match(self, node: _Node, words: list[str], index: int, found: set,
+    def _match(self, node: _Node, key_words: list[str], index: int, found: set,
                seen: set) -> None:
         # Each (node, position) is visited once, which keeps keys like
         # "#.*.#.*.#" polynomial instead of exponential in the key length.
@@ -78,18 +84,18 @@ class TopicTrie:
         hash_node = children.get("#")
         if hash_node is not None:
             # '#' swallows zero or more words: try every remaining suffix.
-            for rest in range(index, len(words) + 1):
-                self._match(hash_node, words, rest, found, seen)
-        if index == len(words):
+            for rest in range(index, len(key_words) + 1):
+                self._match(hash_node, key_words, rest, found, seen)
+        if index == len(key_words):
             found.update(node.destinations)
             return
-        word = words[index]
+        word = key_words[index]
         exact = children.get(word)
         if exact is not None:
-            self._match(exact, words, index + 1, found, seen)
+            self._match(exact, key_words, index + 1, found, seen)
         star = children.get("*")
         if star is not None:
-            self._match(star, words, index + 1, found, seen)
+            self._match(star, key_words, index + 1, found, seen)
 
 
 def topic_matches(binding_key: str, routing_key: str) -> bool:
@@ -106,4 +112,4 @@ def topic_matches(binding_key: str, routing_key: str) -> bool:
             return walk(rest, words[1:])
         return False
 
-    return walk(binding_key.split("."), routing_key.split("."))
+    return walk(words(binding_key), words(routing_key))

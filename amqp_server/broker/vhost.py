@@ -19,7 +19,9 @@ from policies.registry import (
     ARTEMIS_ARGUMENTS,
     QPID_DLQ_ENABLED,
     QPID_MAX_DELIVERY_COUNT,
+    QUEUE_TYPES,
     ArgumentError,
+    queue_type_of,
     validate_queue_arguments,
 )
 
@@ -54,12 +56,15 @@ EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
 # Distinct (arguments, policies) whose merged settings a vhost keeps.
 SETTINGS_KEPT = 4096
 
+# Every vhost's own exchanges (rabbit_vhost); amq.rabbitmq.trace is the
+# internal one RabbitMQ's firehose tracer publishes to.
 STANDARD_EXCHANGES = (
-    ("amq.direct", "direct"),
-    ("amq.fanout", "fanout"),
-    ("amq.topic", "topic"),
-    ("amq.headers", "headers"),
-    ("amq.match", "headers"),
+    ("amq.direct", "direct", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False),
+    ("amq.headers", "headers", False),
+    ("amq.match", "headers", False),
+    ("amq.rabbitmq.trace", "topic", True),
 )
 
 # rabbit_misc:type_class/1: integers of any width compare as equals.
@@ -136,8 +141,9 @@ class VirtualHost:
         self._settings_made: dict[tuple, object] = {}
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
-        for xname, xtype in STANDARD_EXCHANGES:
-            self.exchanges[xname] = EXCHANGE_TYPES[xtype](name, xname, durable=True)
+        for xname, xtype, internal in STANDARD_EXCHANGES:
+            self.exchanges[xname] = EXCHANGE_TYPES[xtype](name, xname, durable=True,
+                                                           internal=internal)
 
     # ---- lookups -------------------------------------------------------
 
@@ -250,6 +256,10 @@ class VirtualHost:
             return queue
         generated = name == ""
         if generated:
+            queue_type = queue_type_of(arguments)
+            if queue_type in QUEUE_TYPES and queue_type != "classic":
+                raise precondition_failed("Cannot declare a server-named queue for type "
+                                          f"{QUEUE_TYPES[queue_type][0]}")
             name = server_generated_name("amq.gen")
         existing = self.queues.get(name)
         if existing is not None:

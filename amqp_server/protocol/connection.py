@@ -251,7 +251,7 @@ class Connection:
                     if index in _SETTLE_INDEXES and size == 13:
                         tag, bits = _ACK_BODY.unpack_from(payload, 4)
                         if index == _ACK_INDEX and bits & 1:  # a multiple ack
-                            self._on_channel(channel, channel.ack, tag, True)
+                            self._on_channel(channel, channel.ack, tag, True, ids=(60, 80))
                             continue
                         if not (index == _NACK_INDEX and bits & 1):
                             # Single acks, rejects or nacks as clients send
@@ -298,7 +298,7 @@ class Connection:
         exchange, routing_key, route, bits, _ = fields
         self.publishing = True
         self._on_channel(channel, channel.start_publish, exchange, routing_key, route,
-                         bool(bits & 1), bool(bits & 2))
+                         bool(bits & 1), bool(bits & 2), ids=(60, 40))
 
     def block(self, reason: str) -> None:
         """A resource alarm: tell the client (if it asked to know) that it is
@@ -408,10 +408,13 @@ class Connection:
             self.channel_error(channel, error.for_method(60, 40))
         return next_pos
 
-    def _on_channel(self, channel: Channel, handler, *args) -> None:
+    def _on_channel(self, channel: Channel, handler, *args, ids: tuple = (0, 0)) -> None:
+        """Run a channel's handler; its error closes the channel (or the
+        connection), naming the method `ids` when the error does not."""
         try:
             handler(*args)
         except AMQPError as error:
+            error.for_method(*ids)
             if error.closes_connection:
                 raise
             self.channel_error(channel, error)

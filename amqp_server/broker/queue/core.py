@@ -27,6 +27,7 @@ from collections import Counter
 from typing import Callable
 
 from policies.effective import QueueSettings, resolve
+from policies.registry import queue_type_of
 from dlx import limits
 
 from ...wire.table import FieldTable
@@ -36,7 +37,7 @@ from .dispatch import PriorityGroups, RoundRobin, SingleActive
 from .limits import LimitsPart
 from .ordering import ready_for
 from .outcome import ACCEPTED
-from .paging import PagingPart
+from .paging import PagingPart, in_memory_cap
 from .redelivery import RedeliveryPart
 
 
@@ -65,8 +66,9 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         self.ready = ready_for(self.arguments.get("x-max-priority"))
         self.ready_bytes = 0
         # x-single-active-consumer is an argument only, as in RabbitMQ.
-        self.consumers = (SingleActive() if self.arguments.get("x-single-active-consumer") is True
-                          else RoundRobin())
+        self.consumers = (
+            SingleActive(by_priority=queue_type_of(self.arguments) != "quorum")
+            if self.arguments.get("x-single-active-consumer") is True else RoundRobin())
         self.exclusive_consumer = None
         self.had_consumers = False
         self.unacked = 0
@@ -103,6 +105,7 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         # least `paged_from`, and nothing out of the page file (ready,
         # delayed or delivered) has one that high.
         self.paging = None
+        self.in_memory_cap = in_memory_cap(self.arguments)
         self.page_limit = self.page_bytes_limit = sys.maxsize
         self.transient_page_limit = self.transient_page_bytes_limit = sys.maxsize
         self.pages = None

@@ -106,24 +106,36 @@ class PriorityGroups:
 
 
 class SingleActive:
-    """One consumer at a time: the first registered; then the next."""
+    """One consumer at a time: the first registered.  When it goes, a
+    classic queue's successor is the waiting consumer of the highest
+    x-priority, then the earliest (rabbit_queue_consumers); a quorum
+    queue's is the earliest (rabbit_fifo, 3.13)."""
 
-    def __init__(self) -> None:
-        self.waiting: list = []  # registration order, the active one first
-
-    @property
-    def active(self):
-        return self.waiting[0] if self.waiting else None
+    def __init__(self, by_priority: bool) -> None:
+        self.by_priority = by_priority
+        self.waiting: list = []  # registration order
+        self.active = None
 
     def add(self, consumer) -> None:
         self.waiting.append(consumer)
+        if self.active is None:
+            self.active = consumer
 
     def discard(self, consumer) -> bool:
         try:
             self.waiting.remove(consumer)
         except ValueError:
             return False
+        if consumer is self.active:
+            self.active = self._successor()
         return True
+
+    def _successor(self):
+        if not self.waiting:
+            return None
+        if not self.by_priority:
+            return self.waiting[0]
+        return max(self.waiting, key=lambda consumer: consumer.priority)  # the earliest of ties
 
     def next_with_room(self):
         active = self.active

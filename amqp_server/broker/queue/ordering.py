@@ -125,5 +125,9 @@ class PriorityReady:
 
 
 def ready_for(max_priority: int | None):
-    """The ordering a queue declared with these arguments keeps."""
-    return PriorityReady(max_priority) if max_priority else FifoReady()
+    """The ordering a queue declared with these arguments keeps.  As 3.13.4
+    and later (rabbit_priority_queue:priorities/1), x-max-priority 0 still
+    makes two levels, 0 and 1; earlier releases made it plain FIFO."""
+    if max_priority is None:
+        return FifoReady()
+    return PriorityReady(max(1, max_priority))

@@ -6,15 +6,40 @@ file (ready, delayed or delivered) has one that high."""
 
 from __future__ import annotations
 
+import sys
+
 from ...wire.frames import shortstr
 from ..message import Entry, Message
+
+
+# A lazy queue (x-queue-mode: lazy) keeps only this much in memory, for
+# every message, transient ones included.
+LAZY_MESSAGES = 256
+LAZY_BYTES = 1 << 20
+
+
+def in_memory_cap(arguments) -> tuple[int, int]:
+    """(messages, body bytes) the queue's arguments allow in memory:
+    x-queue-mode lazy, or a quorum queue's x-max-in-memory-length/-bytes."""
+    count = size = sys.maxsize
+    if arguments.get("x-queue-mode") == "lazy":
+        count, size = LAZY_MESSAGES, LAZY_BYTES
+    if "x-max-in-memory-length" in arguments:
+        count = min(count, max(1, arguments["x-max-in-memory-length"]))
+    if "x-max-in-memory-bytes" in arguments:
+        size = min(size, max(1, arguments["x-max-in-memory-bytes"]))
+    return count, size
 
 
 class PagingPart:
     def attach_paging(self, paging) -> None:
         self.paging = paging
-        self.page_limit, self.page_bytes_limit = paging.limits(stored=True)
-        self.transient_page_limit, self.transient_page_bytes_limit = paging.limits(stored=False)
+        count, size = self.in_memory_cap
+        limit, bytes_limit = paging.limits(stored=True)
+        self.page_limit, self.page_bytes_limit = min(limit, count), min(bytes_limit, size)
+        limit, bytes_limit = paging.limits(stored=False)
+        self.transient_page_limit = min(limit, count)
+        self.transient_page_bytes_limit = min(bytes_limit, size)
 
     def pages_next(self, stored: bool = True) -> bool:
         """A message joining the tail now is paged: the queue is past its

@@ -8,6 +8,7 @@ from pamqp import commands as spec
 from policies.registry import ArgumentError, consumer_priority
 
 from ...broker.permissions import READ
+from ...broker.queue.dispatch import SingleActive
 from ...broker.vhost import server_generated_name
 from ...errors import (
     access_refused,
@@ -101,6 +102,9 @@ class ConsumingPart:
             self.global_prefetch = method.prefetch_count
         else:
             self.consumer_prefetch = method.prefetch_count
+            # RabbitMQ's quirk (rabbit_channel, unlimit_prefetch): a later
+            # per-consumer qos lifts the channel-wide limit.
+            self.global_prefetch = 0
         self.send(make(spec.Basic.QosOk))
         self.redispatch()
 
@@ -110,7 +114,15 @@ class ConsumingPart:
             raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
         self._allow(READ, "queue", self._queue_name(method.queue))
         queue = self._owned_queue(method.queue)
-        if method.exclusive and queue.consumers or queue.exclusive_consumer is not None:
+        if queue.is_quorum and self.global_prefetch:
+            raise not_implemented(
+                f"{resource_name('queue', queue.name, self.vhost.name)} does not support "
+                "global qos")
+        if queue.is_quorum and isinstance(queue.consumers, SingleActive):
+            exclusive = False  # a quorum queue ignores it (rabbit_quorum_queue:consume)
+        else:
+            exclusive = method.exclusive
+        if exclusive and queue.consumers or queue.exclusive_consumer is not None:
             raise access_refused(
                 f"{resource_name('queue', queue.name, self.vhost.name)} in exclusive use")
         try:
@@ -120,12 +132,12 @@ class ConsumingPart:
                 resource_name("queue", queue.name, self.vhost.name))) from None
         if not tag:
             tag = server_generated_name("amq.ctag")
-        consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
+        consumer = Consumer(tag, self, queue, method.no_ack, exclusive,
                             self.consumer_prefetch, method.arguments, priority)
         self.consumers[tag] = consumer
         if not method.nowait:
             self.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))
-        queue.add_consumer(consumer, method.exclusive)
+        queue.add_consumer(consumer, exclusive)
 
     def _basic_cancel(self, method) -> None:
         consumer = self.consumers.pop(method.consumer_tag, None)
