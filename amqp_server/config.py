@@ -65,6 +65,11 @@ class BrokerConfig:
     # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period;
     # -1 turns the reaper off and expired messages die at the head only).
     message_expiry_scan_period: int = 1000
+    # RabbitMQ's consumer_timeout (ms): a channel whose oldest
+    # unacknowledged delivery is older is closed with 406 and its messages
+    # go back to their queues.  -1 turns it off (a queue's
+    # x-consumer-timeout argument or consumer-timeout policy still applies).
+    consumer_timeout: int = 1_800_000
     # Artemis: write a message's delivery count before each delivery, so a
     # crash never hides a delivery (costs a flush per delivery); and how
     # many count records one message gets at most (-1: no limit).
@@ -131,6 +136,9 @@ class BrokerConfig:
         if not all(isinstance(name, str) for name in config.loopback_users):
             raise ConfigError("config key 'loopback_users' must be a list of user names, "
                               f"got {config.loopback_users!r}")
+        if config.consumer_timeout < -1:
+            raise ConfigError("config key 'consumer_timeout' must be -1 (off) or a number "
+                              f"of milliseconds, got {config.consumer_timeout}")
         if config.max_redelivery_records < -1:
             raise ConfigError("config key 'max_redelivery_records' must be -1 or more, "
                               f"got {config.max_redelivery_records}")

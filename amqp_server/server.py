@@ -238,6 +238,7 @@ class Server:
         self._tls_server: asyncio.base_events.Server | None = None
         self._reaper = None
         self._resource_check = None
+        self._ack_deadlines = None
         self.management: ManagementServer | None = None
         self._storage_closed = False
 
@@ -266,6 +267,7 @@ class Server:
         if period > 0:  # -1: no reaper, expired messages die at the head only
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
+        self._ack_deadlines = broker.timers.call_every(1.0, broker.check_ack_deadlines)
         with listening("AMQP", self.host, self.port):
             self._server = await loop.create_server(
                 lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
@@ -299,7 +301,7 @@ class Server:
         for listener in (self._server, self._tls_server):
             if listener is not None:
                 listener.close()
-        for timer in (self._reaper, self._resource_check):
+        for timer in (self._reaper, self._resource_check, self._ack_deadlines):
             if timer is not None:
                 timer.cancel()
         if self.management is not None:
@@ -325,7 +327,7 @@ class Server:
         if self._storage_closed:
             return
         self._storage_closed = True
-        for timer in (self._reaper, self._resource_check):
+        for timer in (self._reaper, self._resource_check, self._ack_deadlines):
             if timer is not None:
                 timer.cancel()
         for listener in (self._server, self._tls_server):

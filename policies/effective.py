@@ -45,6 +45,9 @@ class QueueSettings:
     max_length: int | None = None
     max_length_bytes: int | None = None
     delivery_limit: int | None = None
+    # ms a delivery may stay unacknowledged; any type (x-consumer-timeout
+    # is not checked), enforced only when an integer.
+    consumer_timeout: object = None
     # ActiveMQ Artemis
     redelivery_delay: int = 0
     redelivery_delay_multiplier: float = 1.0
@@ -178,8 +181,16 @@ def _first(a, b):
 
 
 def _smaller(a, b):
+    """erlang:min: a number sorts before any other term (an unchecked
+    argument may be a string)."""
     if a is None:
         return b
     if b is None:
         return a
-    return min(a, b)
+    if _is_number(a) and _is_number(b):
+        return min(a, b)
+    return a if _is_number(a) or not _is_number(b) else b
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -220,6 +220,10 @@ SETTINGS: tuple[Setting, ...] = (
             _is_int_at_least(0), "is not a valid maximum length in bytes"),
     Setting("delivery-limit", "x-delivery-limit", check_delivery_limit, SMALLER_WINS,
             _is_int_at_least(0), "is not a valid delivery limit", unsupported_by=QUORUM_ONLY),
+    # 3.12+: x-consumer-timeout is taken unchecked (a value that is not an
+    # integer turns the timeout off for the queue); the policy key is checked.
+    Setting("consumer-timeout", "x-consumer-timeout", None, SMALLER_WINS,
+            _is_int_at_least(0), "is not a valid consumer timeout"),
     Setting("alternate-exchange", None, None, ARGUMENT_WINS,
             _is_text, "is not a valid alternate exchange name", target="exchange"),
     # ActiveMQ Artemis (seeds 000, 001, 003).

@@ -96,6 +96,21 @@ def test_argument_beats_policy_and_smaller_limit_wins():
     assert queue.settings.max_length == 2
 
 
+@pytest.mark.parametrize("argument, policy, resolved", [
+    (60000, 700, 700),
+    (500, 700, 500),
+    ("soon", 700, 700),       # erlang:min: a number sorts before a string
+    ("soon", None, "soon"),   # unchecked, then not enforced (not an integer)
+    (None, 700, 700),
+    (1.5, 700, 1.5),
+])
+def test_consumer_timeout_the_smaller_as_erlang_compares(argument, policy, resolved):
+    from policies.effective import resolve
+    arguments = FieldTable({"x-consumer-timeout": argument} if argument is not None else {})
+    definition = {"consumer-timeout": policy} if policy is not None else None
+    assert resolve(arguments, definition).consumer_timeout == resolved
+
+
 def test_policy_precedence_switch_lets_the_policy_win():
     broker = Broker(BrokerConfig(policy_precedence="policy"))
     queue = broker.vhosts["/"].declare_queue(

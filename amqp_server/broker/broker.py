@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -197,6 +198,13 @@ class Broker:
                         or queue.scheduled):
                     count += queue.sweep(now)
         return count
+
+    def check_ack_deadlines(self) -> None:
+        """Consumer timeouts: every connection closes its channels whose
+        oldest delivery waited too long for an acknowledgement."""
+        now = time.monotonic() * 1000.0
+        for connection in list(self.connections):
+            connection.check_ack_deadlines(now)
 
     # ---- durable state -------------------------------------------------
 

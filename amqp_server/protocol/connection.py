@@ -637,6 +637,18 @@ class Connection:
 
     # ---- heartbeats and shutdown ---------------------------------------
 
+    def check_ack_deadlines(self, now_ms: float) -> None:
+        """Close the channels whose oldest delivery is past its consumer
+        timeout (called every second by the broker)."""
+        if self.state != OPEN:
+            return
+        for channel in list(self.channels.values()):
+            error = channel.overdue(now_ms)
+            if error is not None:
+                log.warning("closing channel %d of %s: %s", channel.number, self.name,
+                            error.reply_text)
+                self.channel_error(channel, error)
+
     def heartbeat_tick(self, reading: bool = True) -> None:
         """Called every heartbeat/2 seconds by the shell, which says whether
         it reads from the peer."""

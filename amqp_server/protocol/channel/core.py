@@ -19,6 +19,7 @@ from ...wire import frames
 from ...wire.methods import make
 from ..consumer import Consumer
 
+from .ack_deadline import AckDeadlinePart
 from .confirms import ConfirmsPart
 from .consuming import ConsumingPart
 from .declaring import DeclaringPart
@@ -28,7 +29,7 @@ from .transactions import TransactionsPart
 
 
 class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, DeclaringPart,
-              TransactionsPart):
+              TransactionsPart, AckDeadlinePart):
     def __init__(self, connection, number: int) -> None:
         self.conn = connection
         self.number = number
@@ -39,6 +40,7 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
         # delivery tag -> (queue, entry, consumer or None for basic.get)
         self.unacked: dict[int, tuple] = {}
         self.next_tag = 1
+        self._ack_marks: deque[tuple[int, float]] = deque()  # (next tag, ms): ack_deadline
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         self.confirm = False
