@@ -212,6 +212,20 @@ def test_a_run_with_cc_headers_and_expiration_is_inspected_per_message():
     assert all(entry.deadline is not None for entry in queues["q"].ready)
 
 
+def test_a_run_with_bcc_queues_every_copy_without_it():
+    """Publishes repeating one header share what checking it found, the
+    header without BCC included."""
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    for name in ("q", "bcc"):
+        call(conn, 1, make(spec.Queue.Declare, queue=name))
+    props = Properties(headers=FieldTable({"BCC": ["bcc"], "k": "v"}))
+    conn.receive_data(b"".join(publish("q", b"x", props) for _ in range(5)))
+    queues = broker.vhosts["/"].queues
+    for name in ("q", "bcc"):
+        assert [dict(entry.message.headers) for entry in queues[name].ready] == [{"k": "v"}] * 5
+
+
 def test_a_run_to_a_missing_exchange_closes_the_channel_once():
     conn = open_connection(Broker(BrokerConfig()))
     conn.receive_data(b"".join(publish("k", b"x", exchange="missing") for _ in range(5)))

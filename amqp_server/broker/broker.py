@@ -28,6 +28,7 @@ from ..storage.paging import Paging
 from ..storage.recovery import restore_messages
 from . import resources
 from .access_control import AccessControl, Grant
+from .direct_reply import DirectReplies
 from .permissions import NO_ACCESS, Permission
 from .timers import Timers, now_ms
 from .users import User
@@ -46,6 +47,7 @@ class Broker:
     connections: set = field(default_factory=set)
     timers: Timers = field(default_factory=Timers)
     policies: PolicyStore = field(default_factory=PolicyStore)
+    replies: DirectReplies = field(default_factory=DirectReplies)  # direct reply-to
     # Set by open_data_dir: without them the broker keeps nothing on disk.
     journal: DefinitionLog | None = None  # durable definitions' changes
     store: MessageStore | None = None

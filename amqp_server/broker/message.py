@@ -35,6 +35,10 @@ _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
 _FLAG_EXPIRATION = 0x01   # high byte of the flags: bit 8
 # header[HEADER_PREFIX] & INSPECT_FLAGS: the message needs `inspect()`.
 INSPECT_FLAGS = _FLAG_HEADERS | _FLAG_EXPIRATION
+# header[HEADER_PREFIX] & REPLY_TO_FLAG: the publish names a reply queue.
+REPLY_TO_FLAG = 0x02      # high byte of the flags: bit 9
+# header[HEADER_PREFIX] & CHECK_FLAGS: something to check before routing.
+CHECK_FLAGS = INSPECT_FLAGS | REPLY_TO_FLAG
 # header[HEADER_PREFIX + 1] & USER_ID_FLAG: the publish claims a user.
 USER_ID_FLAG = 0x10       # low byte of the flags: bit 4
 ROUTING_HEADERS = ("CC", "BCC")
@@ -165,6 +169,17 @@ class Message:
                       self.bcc, self.death_history())
 
     # ---- derived messages ----------------------------------------------
+
+    def found_as(self, previous: "Message") -> None:
+        """What checking `previous`, published with the same header, found
+        and changed (TTL, CC/BCC, a header without BCC or with a reply name)."""
+        self.ttl, self.routing_keys, self.bcc = previous.ttl, previous.routing_keys, previous.bcc
+        self.header, self._properties = previous.header, previous._properties
+
+    def set_header(self, header: bytes) -> None:
+        """Another content header (its properties decoded again on use)."""
+        self.header = header
+        self._properties = None
 
     def _set_properties(self, props: Properties) -> None:
         self._properties = props

@@ -73,9 +73,9 @@ SERVER_CAPABILITIES = {
     "consumer_cancel_notify": True,
     "connection.blocked": True,
     "consumer_priorities": True,
+    "direct_reply_to": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
 }
 
 

@@ -267,23 +267,31 @@ def message_priority(header: bytes, offset: int) -> int | None:
     return header[pos]
 
 
-def user_id(header: bytes, offset: int) -> str | None:
-    """The user-id property read in place: what comes before it is skipped
-    (the headers table included), never decoded.  The header has passed
-    `scan_properties`."""
+def property_span(header: bytes, offset: int, wanted: str) -> tuple[int, int] | None:
+    """Where property `wanted` sits, its length prefix included, read in
+    place (what comes before it skipped, never decoded); None when absent.
+    The header has passed `scan_properties`."""
     flags, pos = _property_flags(header[offset:offset + 8])
     pos += offset
     for name, kind in _present(flags):
         if kind == "shortstr":
-            length = header[pos]
-            if name == "user_id":
-                return header[pos + 1:pos + 1 + length].decode("utf-8", "surrogateescape")
-            pos += 1 + length
+            end = pos + 1 + header[pos]
         elif kind == "table":
-            pos += 4 + _U32.unpack_from(header, pos)[0]
+            end = pos + 4 + _U32.unpack_from(header, pos)[0]
         else:
-            pos += _SIZES[kind]
+            end = pos + _SIZES[kind]
+        if name == wanted:
+            return pos, end
+        pos = end
     return None
+
+
+def user_id(header: bytes, offset: int) -> str | None:
+    """The user-id property read in place."""
+    span = property_span(header, offset, "user_id")
+    if span is None:
+        return None
+    return header[span[0] + 1:span[1]].decode("utf-8", "surrogateescape")
 
 
 def simple_properties(header: bytes, offset: int) -> dict:

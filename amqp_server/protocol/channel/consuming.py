@@ -7,6 +7,7 @@ from pamqp import commands as spec
 
 from policies.registry import ArgumentError, consumer_priority
 
+from ...broker.direct_reply import PSEUDO_QUEUE
 from ...broker.permissions import READ
 from ...broker.queue.dispatch import SingleActive
 from ...broker.vhost import server_generated_name
@@ -112,6 +113,9 @@ class ConsumingPart:
         tag = method.consumer_tag
         if tag in self.consumers:
             raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        if method.queue == PSEUDO_QUEUE:
+            self._consume_replies(method)
+            return
         self._allow(READ, "queue", self._queue_name(method.queue))
         queue = self._owned_queue(method.queue)
         if queue.is_quorum and self.global_prefetch:
@@ -143,6 +147,8 @@ class ConsumingPart:
         consumer = self.consumers.pop(method.consumer_tag, None)
         if consumer is not None:
             self._detach(consumer)
+        else:
+            self._cancel_replies(method.consumer_tag)
         if not method.nowait:
             self.send(make(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
 

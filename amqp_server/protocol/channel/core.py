@@ -24,12 +24,13 @@ from .confirms import ConfirmsPart
 from .consuming import ConsumingPart
 from .declaring import DeclaringPart
 from .publishing import PublishingPart
+from .replying import ReplyingPart
 from .settling import SettlingPart
 from .transactions import TransactionsPart
 
 
 class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, DeclaringPart,
-              TransactionsPart, AckDeadlinePart):
+              TransactionsPart, AckDeadlinePart, ReplyingPart):
     def __init__(self, connection, number: int) -> None:
         self.conn = connection
         self.number = number
@@ -134,6 +135,7 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
                          for pair in action[1])
             self.tx = None
         self._requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)
+        self._stop_replies()
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:

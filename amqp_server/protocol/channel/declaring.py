@@ -55,6 +55,9 @@ class DeclaringPart:
     def _queue_declare(self, method) -> None:
         vhost = self.vhost
         name = method.queue.replace("\r", "").replace("\n", "")
+        if self._names_a_reply_queue(name):
+            self._declare_reply_queue(name, method.nowait)
+            return
         if not method.passive:
             self.conn.grant.check_queue_declare(name, method.arguments, name in vhost.queues)
         queue = vhost.declare_queue(

@@ -8,8 +8,10 @@ import struct
 
 from ...broker.permissions import WRITE
 from ...broker.message import (
+    CHECK_FLAGS,
     HEADER_PREFIX,
     INSPECT_FLAGS,
+    REPLY_TO_FLAG,
     USER_ID_FLAG,
     InvalidMessage,
     Message,
@@ -109,10 +111,11 @@ class PublishingPart:
 
     def _check_content(self, message: Message, layout=None) -> None:
         """What the properties must pass before routing, read only when the
-        flags say they are there, in RabbitMQ's order: a `user_id` that must
-        name the logged-in user, then expiration and CC/BCC (406 when
-        malformed)."""
+        flags say they are there, in RabbitMQ's order: a reply_to naming
+        direct reply-to needs a reply consumer, a `user_id` must name the
+        logged-in user, then expiration and CC/BCC (406 when malformed)."""
         header = message.header
+        names_replies = header[HEADER_PREFIX] & REPLY_TO_FLAG and self._asks_for_replies(header)
         if header[HEADER_PREFIX + 1] & USER_ID_FLAG:
             self._check_user_id(header)
         if header[HEADER_PREFIX] & INSPECT_FLAGS:
@@ -120,6 +123,8 @@ class PublishingPart:
                 message.inspect(layout)
             except InvalidMessage as exc:
                 raise precondition_failed(str(exc)) from None
+        if names_replies:
+            self._name_replies(message)
 
     def _check_user_id(self, header: bytes) -> None:
         """Read in place, and once per header object: publishes that repeat
@@ -132,10 +137,16 @@ class PublishingPart:
         """`layout`: where scan_properties found its headers and expiration."""
         exchange = self._exchange_for_publish(message.exchange)
         header = message.header
-        if header[HEADER_PREFIX] & INSPECT_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
+        if header[HEADER_PREFIX] & CHECK_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
             self._check_content(message, layout)
-        self._enqueue(message, self.vhost.route(exchange, message.routing_keys, message),
-                      mandatory)
+        self._enqueue(message, self._routed(exchange, message), mandatory)
+
+    def _routed(self, exchange, message: Message):
+        """`vhost.route`, and replies (direct reply-to) delivered on the way."""
+        queues = self.vhost.route(exchange, message.routing_keys, message)
+        if (not queues or len(message.routing_keys) > 1) and not exchange.name:
+            self.conn.broker.replies.deliver(message)
+        return queues
 
     def _enqueue(self, message: Message, queues, mandatory: bool) -> None:
         refused = False
@@ -154,7 +165,7 @@ class PublishingPart:
         an exchange deleted in between cannot fail the commit."""
         exchange = self._exchange_for_publish(message.exchange)
         self._check_content(message)
-        queues = self.vhost.route(exchange, message.routing_keys, message)
+        queues = self._routed(exchange, message)
         self.tx.append(("publish", message, mandatory, [queue.name for queue in queues]))
 
     def publish_run(self, messages: list, mandatory: bool, layouts: list | None = None) -> None:
@@ -169,7 +180,7 @@ class PublishingPart:
         last_header = None
         for message in messages:
             header = message.header
-            if header is not last_header and (header[HEADER_PREFIX] & INSPECT_FLAGS
+            if header is not last_header and (header[HEADER_PREFIX] & CHECK_FLAGS
                                               or header[HEADER_PREFIX + 1] & USER_ID_FLAG):
                 try:
                     self._check_content(message, layouts[checked] if layouts else None)
@@ -177,9 +188,7 @@ class PublishingPart:
                     refusal = error
                     break
             elif header is last_header:  # the same properties: the same findings
-                previous = messages[checked - 1]
-                message.ttl, message.routing_keys = previous.ttl, previous.routing_keys
-                message.bcc = previous.bcc
+                message.found_as(messages[checked - 1])
             last_header = header
             checked += 1
         if checked:
@@ -190,14 +199,15 @@ class PublishingPart:
     def _route_run(self, exchange, messages: list, mandatory: bool) -> None:
         first = messages[0]
         keys = first.routing_keys
-        route = self.vhost.route
         if exchange.routes_by_content or any(
                 m.routing_keys != keys or m.ttl is not None for m in messages):
             for message in messages:
-                self._enqueue(message, route(exchange, message.routing_keys, message),
-                              mandatory)
+                self._enqueue(message, self._routed(exchange, message), mandatory)
             return
-        queues = route(exchange, keys, first)
+        queues = self.vhost.route(exchange, keys, first)
+        if (not queues or len(keys) > 1) and not exchange.name:
+            for message in messages:
+                self.conn.broker.replies.deliver(message)
         if not all(queue.plain for queue in queues):
             for message in messages:  # routed alike, queued one by one (limits, DLX)
                 self._enqueue(message, queues, mandatory)
