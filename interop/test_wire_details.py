@@ -8,6 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pika
+import pytest
 from pamqp import commands as spec
 from pika.exceptions import ChannelClosedByBroker
 
@@ -243,3 +244,51 @@ def test_a_quorum_single_active_queue_ignores_exclusive(connection):
     settle(connection)
     assert second.is_open
 
+
+
+CONSUME_CASES = [
+    ("wd.c", {"x-stream-offset": "first"}),
+    ("wd.qc", {"x-cancel-on-ha-failover": True}),
+    ("wd.c", {"x-cancel-on-ha-failover": 1}),
+    ("wd.c", {"x-cancel-on-ha-failover": True}),
+    ("wd.c", {"x-priority": "a"}),
+    ("wd.c", {"x-stream-offset": "first", "x-priority": "a"}),
+    ("wd.qc", {"x-priority": 5}),
+]
+
+
+def consume_refusals(url: str) -> list:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    setup = conn.channel()
+    setup.queue_declare("wd.c")
+    setup.queue_declare("wd.qc", durable=True, arguments={"x-queue-type": "quorum"})
+    seen = []
+    for queue, arguments in CONSUME_CASES:
+        channel = conn.channel()
+        try:
+            channel.basic_consume(queue, lambda *a: None, arguments=arguments)
+            seen.append("ok")
+            channel.close()
+        except ChannelClosedByBroker as exc:
+            seen.append((exc.reply_code, exc.reply_text))
+    setup.queue_delete("wd.c")
+    setup.queue_delete("wd.qc")
+    conn.close()
+    return seen
+
+
+def test_consume_arguments_checked_per_queue_type_as_in_rabbitmq(broker, rabbitmq_url):
+    ours = consume_refusals(broker.url)
+    assert ours == consume_refusals(rabbitmq_url)
+    assert ours[0] == (406, "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue "
+                            "'wd.c' in vhost '/' of queue type rabbit_classic_queue")
+
+
+def test_credit_mode_is_refused_not_ignored(channel):
+    """x-credit needs basic.credit, which AMQP 0-9-1 clients cannot send
+    (RabbitMQ 3.10 closes the connection with 541 for some values)."""
+    channel.queue_declare("wd.credit")
+    with pytest.raises(ChannelClosedByBroker) as refused:
+        channel.basic_consume("wd.credit", lambda *a: None,
+                              arguments={"x-credit": {"credit": 5, "drain": False}})
+    assert refused.value.reply_code == 406 and "basic.credit" in refused.value.reply_text

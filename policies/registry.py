@@ -369,13 +369,41 @@ def validate_queue_arguments(arguments: FieldTable) -> str:
     return queue_type
 
 
-def consumer_priority(arguments: FieldTable | None) -> int:
-    """basic.consume's `x-priority` (rabbit_channel: an integer of any
-    width, 0 without one); ArgumentError otherwise."""
-    typed = typed_value(arguments, "x-priority") if arguments else None
-    if typed is None:
+def check_no_credit(_typed, _args) -> str | None:
+    # RabbitMQ's credit mode is driven by basic.credit, its own extension
+    # method, which AMQP 0-9-1 clients cannot send: refused, not ignored.
+    return '"credit flow (basic.credit) is not supported; use basic.qos"'
+
+
+# rabbit_amqqueue:consume_args/0 with x-credit added; which queue type
+# takes which (capabilities consumer_arguments).
+CONSUME_CHECKS: dict[str, Check] = {
+    "x-priority": check_int,
+    "x-cancel-on-ha-failover": check_bool,
+    "x-stream-offset": None,
+    "x-credit": check_no_credit,
+}
+CONSUME_ARGUMENTS = {
+    "classic": frozenset({"x-priority", "x-cancel-on-ha-failover", "x-credit"}),
+    "quorum": frozenset({"x-priority", "x-credit"}),
+}
+
+
+def validate_consume_arguments(arguments: FieldTable | None, queue_type: str) -> int:
+    """Check basic.consume's arguments as rabbit_amqqueue:check_consume_arguments
+    does; returns the consumer's `x-priority` (0 without one) or raises
+    ArgumentError."""
+    if not arguments:
         return 0
-    error = check_int(typed, arguments)
-    if error:
-        raise ArgumentError("x-priority", error)
-    return typed[1]
+    accepted = CONSUME_ARGUMENTS[queue_type]
+    for name, check in CONSUME_CHECKS.items():
+        typed = typed_value(arguments, name)
+        if typed is not None and name in accepted and check is not None:
+            error = check(typed, arguments)
+            if error:
+                raise ArgumentError(name, error)
+    for name in arguments:
+        if name in CONSUME_CHECKS and name not in accepted:
+            raise ArgumentError(name, "", QUEUE_TYPES[queue_type][0])
+    typed = typed_value(arguments, "x-priority")
+    return typed[1] if typed is not None else 0

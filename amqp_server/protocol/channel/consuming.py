@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pamqp import commands as spec
 
-from policies.registry import ArgumentError, consumer_priority
+from policies.registry import ArgumentError, validate_consume_arguments
 
 from ...broker.direct_reply import PSEUDO_QUEUE
 from ...broker.permissions import READ
@@ -130,7 +130,7 @@ class ConsumingPart:
             raise access_refused(
                 f"{resource_name('queue', queue.name, self.vhost.name)} in exclusive use")
         try:
-            priority = consumer_priority(method.arguments)
+            priority = validate_consume_arguments(method.arguments, queue.settings.queue_type)
         except ArgumentError as error:
             raise precondition_failed(error.message(
                 resource_name("queue", queue.name, self.vhost.name))) from None
