@@ -65,6 +65,9 @@ class BrokerConfig:
     # Period of the expiry reaper in ms (Artemis's message-expiry-scan-period;
     # -1 turns the reaper off and expired messages die at the head only).
     message_expiry_scan_period: int = 1000
+    # Period in ms of the scan deleting unused auto-created DLQ./EXP. queues
+    # (Artemis's address-queue-scan-period; -1: only when a consumer leaves).
+    address_queue_scan_period: int = 30000
     # RabbitMQ's consumer_timeout (ms): a channel whose oldest
     # unacknowledged delivery is older is closed with 406 and its messages
     # go back to their queues.  -1 turns it off (a queue's

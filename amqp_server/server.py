@@ -239,6 +239,7 @@ class Server:
         self._reaper = None
         self._resource_check = None
         self._ack_deadlines = None
+        self._address_scan = None
         self.management: ManagementServer | None = None
         self._storage_closed = False
 
@@ -268,6 +269,10 @@ class Server:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
         self._ack_deadlines = broker.timers.call_every(1.0, broker.check_ack_deadlines)
+        period = broker.config.address_queue_scan_period
+        if period > 0:
+            self._address_scan = broker.timers.call_every(period / 1000.0,
+                                                          broker.scan_auto_created)
         with listening("AMQP", self.host, self.port):
             self._server = await loop.create_server(
                 lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
@@ -301,7 +306,8 @@ class Server:
         for listener in (self._server, self._tls_server):
             if listener is not None:
                 listener.close()
-        for timer in (self._reaper, self._resource_check, self._ack_deadlines):
+        for timer in (self._reaper, self._resource_check, self._ack_deadlines,
+                      self._address_scan):
             if timer is not None:
                 timer.cancel()
         if self.management is not None:
@@ -327,7 +333,8 @@ class Server:
         if self._storage_closed:
             return
         self._storage_closed = True
-        for timer in (self._reaper, self._resource_check, self._ack_deadlines):
+        for timer in (self._reaper, self._resource_check, self._ack_deadlines,
+                      self._address_scan):
             if timer is not None:
                 timer.cancel()
         for listener in (self._server, self._tls_server):

@@ -52,6 +52,19 @@ def death_target(reason: str, queue: str, settings) -> Target:
                               settings.dead_letter_queue_suffix) if auto else None)
 
 
+def auto_created_queue_unused(settings, consumers: int, messages: int,
+                              consumers_gone_for_ms: float | None) -> bool:
+    """Artemis's auto-delete of a queue it auto-created (QueueManagerImpl):
+    with `auto-delete-queues` on, no consumers, none for
+    `auto-delete-queues-delay` ms (None: it never had one), and at most
+    `auto-delete-queues-message-count` messages (-1: any number)."""
+    limit = settings.auto_delete_queues_message_count
+    return (settings.auto_delete_queues and consumers == 0
+            and (consumers_gone_for_ms is None
+                 or consumers_gone_for_ms >= settings.auto_delete_queues_delay)
+            and (limit == -1 or messages <= limit))
+
+
 def original_address(exchange: str, routing_key: str) -> str:
     return exchange if exchange else routing_key
 

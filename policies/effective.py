@@ -62,6 +62,10 @@ class QueueSettings:
     min_expiry_delay: int = DISABLED
     max_expiry_delay: int = DISABLED
     auto_create_expiry_resources: bool = False
+    # for the queues those auto-create: deleted when unused (dlx/addresses.py)
+    auto_delete_queues: bool = True
+    auto_delete_queues_delay: int = 0
+    auto_delete_queues_message_count: int = 0
     expiry_queue_prefix: str = "EXP."
     expiry_queue_suffix: str = ""
     # Qpid

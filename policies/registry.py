@@ -253,6 +253,13 @@ SETTINGS: tuple[Setting, ...] = (
     _artemis("auto-create-expiry-resources", check_bool, _is_bool, "is not a boolean"),
     _artemis("expiry-queue-prefix", check_string, _is_text, "is not a valid queue prefix"),
     _artemis("expiry-queue-suffix", check_string, _is_text, "is not a valid queue suffix"),
+    # Only for the DLQ./EXP. queues the broker auto-created, so no queue
+    # argument: a policy or the address settings matching that queue.
+    Setting("auto-delete-queues", None, None, FIRST_SET, _is_bool, "is not a boolean"),
+    Setting("auto-delete-queues-delay", None, None, FIRST_SET, _is_int_at_least(0),
+            "is not a valid auto-delete delay"),
+    Setting("auto-delete-queues-message-count", None, None, FIRST_SET,
+            _is_int_at_least(-1), "is not a valid auto-delete message count"),
 )
 BY_ARGUMENT = {s.argument: s for s in SETTINGS if s.argument}
 QUEUE_SETTINGS = tuple(s for s in SETTINGS if s.target == "queue")

@@ -7,6 +7,7 @@ import pytest
 
 from amqp_server.wire.table import FieldTable
 from dlx import limits
+from dlx.addresses import auto_created_queue_unused
 from dlx.dead_letter import NO_DLX, Drop, Letter, Republish, dead_letter, split_cycles
 from dlx.deaths import DeathHistory, record_death
 from dlx.expiry import ExpirationError, deadline, is_expired, parse_expiration
@@ -146,3 +147,19 @@ def test_effective_settings():
     aloq = resolve(_args(x_queue_type="quorum", x_dead_letter_exchange="d",
                          x_dead_letter_strategy="at-least-once", x_overflow="reject-publish"))
     assert aloq.at_least_once
+
+
+@pytest.mark.parametrize("policy, consumers, messages, gone_for, unused", [
+    ({}, 0, 0, None, True),              # Artemis's defaults: at once, when empty
+    ({}, 0, 1, 5.0, False),              # still holds a message
+    ({}, 1, 0, None, False),             # consumed from
+    ({"auto-delete-queues": False}, 0, 0, 5.0, False),
+    ({"auto-delete-queues-message-count": -1}, 0, 7, 0.0, True),
+    ({"auto-delete-queues-message-count": 3}, 0, 3, 0.0, True),
+    ({"auto-delete-queues-delay": 100}, 0, 0, 99.0, False),
+    ({"auto-delete-queues-delay": 100}, 0, 0, 100.0, True),
+    ({"auto-delete-queues-delay": 100}, 0, 0, None, True),  # never had a consumer
+])
+def test_auto_created_queue_unused(policy, consumers, messages, gone_for, unused):
+    settings = resolve(FieldTable(), policy)
+    assert auto_created_queue_unused(settings, consumers, messages, gone_for) is unused

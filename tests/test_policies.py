@@ -10,6 +10,7 @@ import pytest
 from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.wire.table import FieldTable
+from policies.effective import resolve
 from policies.model import PolicyError, make_policy, match_exchange, match_queue
 from policies.store import PolicyStore
 
@@ -105,7 +106,6 @@ def test_argument_beats_policy_and_smaller_limit_wins():
     (1.5, 700, 1.5),
 ])
 def test_consumer_timeout_the_smaller_as_erlang_compares(argument, policy, resolved):
-    from policies.effective import resolve
     arguments = FieldTable({"x-consumer-timeout": argument} if argument is not None else {})
     definition = {"consumer-timeout": policy} if policy is not None else None
     assert resolve(arguments, definition).consumer_timeout == resolved

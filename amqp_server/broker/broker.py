@@ -201,6 +201,11 @@ class Broker:
                     count += queue.sweep(now)
         return count
 
+    def scan_auto_created(self) -> int:
+        """Artemis's address-queue scan: delete the unused auto-created
+        DLQ./EXP. queues.  Returns how many went."""
+        return sum(vhost.auto_created.scan() for vhost in list(self.vhosts.values()))
+
     def check_ack_deadlines(self) -> None:
         """Consumer timeouts: every connection closes its channels whose
         oldest delivery waited too long for an acknowledgement."""

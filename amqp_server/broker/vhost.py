@@ -35,6 +35,7 @@ from ..errors import (
 from ..storage.definition_log import NO_JOURNAL, persists
 from ..wire.table import FieldTable, encode_table, typed_value
 from .access_control import check_not_default
+from .auto_created import AutoCreatedQueues
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .dead_letterer import DeadLetterer
@@ -138,6 +139,7 @@ class VirtualHost:
         self.store = None
         self.paging = None
         self.dead_letterer = DeadLetterer(self)
+        self.auto_created = AutoCreatedQueues(self.timers, self.remove_queue)
         self._settings_made: dict[tuple, object] = {}
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
@@ -247,7 +249,9 @@ class VirtualHost:
     def declare_queue(self, name: str, owner: object, passive: bool = False,
                       durable: bool = False, exclusive: bool = False,
                       auto_delete: bool = False,
-                      arguments: FieldTable | None = None) -> Queue:
+                      arguments: FieldTable | None = None,
+                      auto_created: bool = False) -> Queue:
+        """`auto_created`: an Artemis DLQ./EXP. queue, deleted once unused."""
         arguments = arguments if arguments is not None else FieldTable()
         if passive:
             queue = self.queue(name)
@@ -303,6 +307,8 @@ class VirtualHost:
         if self.paging is not None:
             queue.attach_paging(self.paging)
         self.queues[name] = queue
+        if auto_created:
+            self.auto_created.adopt(queue)
         queue.touch()
         if queue.durable:
             queue.store = self.store
@@ -315,7 +321,8 @@ class VirtualHost:
 
     def ensure_dead_letter_queue(self, exchange_name: str, exchange_type: str,
                                  queue_name: str, durable: bool, routing_key: str,
-                                 arguments: FieldTable | None) -> None:
+                                 arguments: FieldTable | None,
+                                 auto_created: bool = False) -> None:
         """Declare (if missing) a dead-letter exchange, a queue and the binding
         between them: Qpid's <queue>_DLE/_DLQ pair and Artemis's auto-created
         DLQ./EXP. resources.  An exchange that exists keeps its type."""
@@ -324,7 +331,8 @@ class VirtualHost:
             exchange = self.declare_exchange(exchange_name, exchange_type, durable=durable)
         target = self.queues.get(queue_name)
         if target is None:
-            target = self.declare_queue(queue_name, None, durable=durable)
+            target = self.declare_queue(queue_name, None, durable=durable,
+                                        auto_created=auto_created)
         self.bind(exchange.name, target, routing_key, arguments)
 
     def ensure_address_queue(self, exchange_name: str, affixes: tuple[str, str],
@@ -334,7 +342,7 @@ class VirtualHost:
         messages first sent to `address`."""
         self.ensure_dead_letter_queue(exchange_name, "headers",
                                       per_address_queue(affixes, address), True, "",
-                                      address_filter(address))
+                                      address_filter(address), auto_created=True)
 
     def delete_queue(self, queue: Queue, if_unused: bool = False,
                      if_empty: bool = False) -> int:
@@ -350,6 +358,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        self.auto_created.forget(queue)
         queue.close()
         count = queue.purge()
         for binding in list(queue.bindings.values()):

@@ -9,7 +9,9 @@ set of definitions used to be rewritten on every change):
   ["U", name, password_hash, [tags]]
   ["P", user, vhost, configure, write, read]   permissions
   ["X", vhost, name, type, auto_delete, internal, arguments]
-  ["Q", vhost, name, auto_delete, arguments]   a durable queue
+  ["Q", vhost, name, auto_delete, arguments, auto_created]
+                                               a durable queue (no auto_created
+                                               in older logs)
   ["B", vhost, source, "q" | "e", destination, routing_key, arguments]
   and each kind with "-" appended ("Q-", ...) and the same key: removed.
 
@@ -268,7 +270,7 @@ class DefinitionLog:
 
     def queue_declared(self, queue) -> None:
         self._write(["Q", queue.vhost, queue.name, queue.auto_delete,
-                     encode_table(queue.arguments)], True)
+                     encode_table(queue.arguments), queue.auto_created], True)
 
     def queue_deleted(self, queue) -> None:
         self._write(["Q-", queue.vhost, queue.name], False)

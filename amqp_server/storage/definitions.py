@@ -49,9 +49,9 @@ def _restore(vhost, record: list) -> None:
         vhost.declare_exchange(name, type_name, False, True, auto_delete, internal,
                                arguments(args))
     elif kind == "Q":
-        _, _, name, auto_delete, args = record
+        _, _, name, auto_delete, args, *auto_created = record
         vhost.declare_queue(name, None, durable=True, auto_delete=auto_delete,
-                            arguments=arguments(args))
+                            arguments=arguments(args), auto_created=any(auto_created))
     else:
         _, _, source, kind, destination, routing_key, args = record
         target = vhost.queue(destination) if kind == "q" else vhost.exchange(destination)

@@ -71,6 +71,8 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
             if self.arguments.get("x-single-active-consumer") is True else RoundRobin())
         self.exclusive_consumer = None
         self.had_consumers = False
+        self.consumers_gone_at: float | None = None  # when the last one left (ms)
+        self.auto_created = False  # an Artemis DLQ./EXP. queue (broker/auto_created.py)
         self.unacked = 0
         self.next_seq = 0
         self.deleted = False
@@ -381,6 +383,7 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         if self.exclusive_consumer is consumer:
             self.exclusive_consumer = None
         if not self.consumers:
+            self.consumers_gone_at = now_ms()
             self.touch()
         elif self.ready and not consumer.unacked:
             # A single active consumer's successor starts now; if the one

@@ -157,6 +157,8 @@ class ConsumingPart:
         queue.remove_consumer(consumer)
         if queue.auto_delete_due:
             self.vhost.remove_queue(queue)
+        elif queue.auto_created and not queue.consumers:
+            self.vhost.auto_created.consumer_left(queue)
 
     def _basic_get(self, method) -> None:
         self._allow(READ, "queue", self._queue_name(method.queue))
