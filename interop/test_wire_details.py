@@ -292,3 +292,41 @@ def test_credit_mode_is_refused_not_ignored(channel):
         channel.basic_consume("wd.credit", lambda *a: None,
                               arguments={"x-credit": {"credit": 5, "drain": False}})
     assert refused.value.reply_code == 406 and "basic.credit" in refused.value.reply_text
+
+
+# (arguments, durable): each queue type's own arguments on the other types.
+OTHER_TYPE_CASES = [
+    ({"x-max-age": "1D"}, False),
+    ({"x-stream-max-segment-size-bytes": 5}, False),
+    ({"x-initial-cluster-size": 1}, False),
+    ({"x-queue-leader-locator": "client-local"}, False),
+    ({"x-quorum-initial-group-size": 1}, False),
+    ({"x-queue-master-locator": "min-masters"}, False),
+    ({"x-max-in-memory-length": 5}, False),
+    ({"x-queue-type": "quorum", "x-queue-master-locator": "min-masters"}, True),
+    ({"x-queue-type": "quorum", "x-max-priority": 5}, True),
+    ({"x-queue-type": "quorum", "x-queue-leader-locator": "balanced"}, True),
+    ({"x-foo": 1}, False),
+]
+
+
+def declares(url: str) -> list:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    seen = []
+    for arguments, durable in OTHER_TYPE_CASES:
+        channel = conn.channel()
+        try:
+            channel.queue_declare("wd.args", durable=durable, arguments=arguments)
+            seen.append("ok")
+            channel.queue_delete("wd.args")
+            channel.close()
+        except ChannelClosedByBroker as exc:
+            seen.append((exc.reply_code, exc.reply_text))
+    conn.close()
+    return seen
+
+
+def test_arguments_of_other_queue_types_refused_as_in_rabbitmq(broker, rabbitmq_url):
+    ours = declares(broker.url)
+    assert ours == declares(rabbitmq_url)
+    assert ours[0][0] == 406 and ours[-1] == "ok"

@@ -316,7 +316,12 @@ QUEUE_TYPES = {
         "x-queue-leader-locator"}) | ARTEMIS_ARGUMENTS
         | {QPID_MAX_DELIVERY_COUNT, QPID_DLQ_ENABLED}),
 }
-ALL_QUEUE_ARGUMENTS = frozenset().union(*(args for _, args in QUEUE_TYPES.values()))
+# rabbit_stream_queue's own arguments: streams are not built, but their
+# arguments on a classic or quorum queue are refused as RabbitMQ does.
+STREAM_ONLY_ARGUMENTS = frozenset({"x-max-age", "x-stream-max-segment-size-bytes",
+                                   "x-initial-cluster-size", "x-stream-filter-size-bytes"})
+ALL_QUEUE_ARGUMENTS = frozenset().union(*(args for _, args in QUEUE_TYPES.values()),
+                                        STREAM_ONLY_ARGUMENTS)
 
 
 class ArgumentError(ValueError):
