@@ -330,3 +330,25 @@ def test_arguments_of_other_queue_types_refused_as_in_rabbitmq(broker, rabbitmq_
     ours = declares(broker.url)
     assert ours == declares(rabbitmq_url)
     assert ours[0][0] == 406 and ours[-1] == "ok"
+
+
+def delete_while_consuming(url: str) -> list:
+    """The order of the replies when a channel deletes the queue it
+    consumes from (py-amqp raises a cancel that comes before delete-ok)."""
+    client = RawClient.for_url(url)
+    seen = []
+    for method in (make(spec.Queue.Declare, queue="wd.del"),
+                   make(spec.Basic.Consume, queue="wd.del", consumer_tag="c1"),
+                   make(spec.Queue.Delete, queue="wd.del")):
+        client.send_method(1, method)
+    for _ in range(4):
+        _, method = client.read_method()
+        seen.append(type(method).__name__)
+    client.close()
+    return seen
+
+
+def test_delete_ok_comes_before_the_cancel_as_in_rabbitmq(broker, rabbitmq_url):
+    ours = delete_while_consuming(broker.url)
+    assert ours == delete_while_consuming(rabbitmq_url)
+    assert ours == ["DeclareOk", "ConsumeOk", "DeleteOk", "Cancel"]

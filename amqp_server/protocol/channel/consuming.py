@@ -78,7 +78,10 @@ class ConsumingPart:
             return
         del self.consumers[consumer.tag]
         if self.conn.capabilities.get("consumer_cancel_notify") and not self.closing:
-            self.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
+            if self._cancels_held is not None:
+                self._cancels_held.append(consumer.tag)
+            else:
+                self.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
 
     def redispatch(self) -> None:
         for queue in {c.queue for c in self.consumers.values()}:

@@ -104,9 +104,17 @@ class DeclaringPart:
         self._allow(CONFIGURE, "queue", self._queue_name(method.queue))
         queue = self.vhost.queues.get(self._queue_name(method.queue))
         count = 0
-        if queue is not None:
-            self.vhost.check_exclusive_access(queue, self.conn)
-            count = self.vhost.delete_queue(queue, method.if_unused, method.if_empty)
-            self.conn.exclusive_queues.discard(queue)
+        # As RabbitMQ: this channel's own consumers of the queue hear of it
+        # after delete-ok (py-amqp raises a cancel that overtakes the reply).
+        self._cancels_held = held = []
+        try:
+            if queue is not None:
+                self.vhost.check_exclusive_access(queue, self.conn)
+                count = self.vhost.delete_queue(queue, method.if_unused, method.if_empty)
+                self.conn.exclusive_queues.discard(queue)
+        finally:
+            self._cancels_held = None
         if not method.nowait:
             self.send(make(spec.Queue.DeleteOk, message_count=count))
+        for tag in held:
+            self.send(make(spec.Basic.Cancel, consumer_tag=tag, nowait=True))
