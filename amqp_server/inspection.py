@@ -11,6 +11,7 @@ decoded into a copy, never into the message the broker will deliver.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from dlx.deaths import Death, history_from_headers
 
 from .broker.message import HEADER_PREFIX
 from .errors import CONNECTION_FORCED
+from .protocol.connection import CLOSED, CLOSING
 from .wire.properties import decode_properties
 
 if TYPE_CHECKING:
@@ -73,12 +75,14 @@ def queue_depth(broker: Broker, name: str, vhost: str = "/") -> int:
 
 def peek(broker: Broker, name: str, vhost: str = "/",
          limit: int | None = None) -> list[PeekedMessage]:
-    """The ready messages held in memory, head first, at most `limit`.
-    Messages a long queue has paged to disk (past `paging_threshold`) are
-    not read back for this."""
+    """The ready messages held in memory, in the order they would be
+    delivered, at most `limit`.  Messages a long queue has paged to disk
+    (past `paging_threshold`) are not read back for this."""
+    # Iterating `ready` walks it in delivery order, whatever the queue's
+    # ordering part (FIFO, or one FIFO per priority).
     ready = find_queue(broker, name, vhost).ready
-    count = len(ready) if limit is None else max(0, min(limit, len(ready)))
-    return [_peeked(ready[index]) for index in range(count)]
+    stop = None if limit is None else max(0, limit)
+    return [_peeked(entry) for entry in itertools.islice(ready, stop)]
 
 
 def _peeked(entry) -> PeekedMessage:
@@ -92,10 +96,13 @@ def _peeked(entry) -> PeekedMessage:
 
 
 def open_connections(server: Server, vhost: str | None = None) -> list[AMQPProtocol]:
-    """Client connections not yet closed: all of them, or those opened on
-    `vhost` (a connection still in its handshake has no vhost yet)."""
+    """Client connections not closed or being closed: all of them, or those
+    opened on `vhost` (a connection still in its handshake has no vhost
+    yet).  One the broker has sent connection.close counts as closed: its
+    socket goes at close-ok or after `close_timeout`, whatever the client does."""
     return [protocol for protocol in server.protocols
-            if protocol.transport is not None and not protocol.transport.is_closing()
+            if protocol.conn.state not in (CLOSING, CLOSED) and protocol.transport is not None
+            and not protocol.transport.is_closing()
             and (vhost is None or (protocol.conn.vhost is not None
                                    and protocol.conn.vhost.name == vhost))]
 
