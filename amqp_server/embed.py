@@ -42,13 +42,16 @@ DEFAULT_HOST = "127.0.0.1"
 def load_config(config: ConfigSource = None, **keys: Any) -> BrokerConfig:
     """A BrokerConfig from any ConfigSource, with `keys` (TOML spelling,
     `-` or `_`) over it; ConfigError says what is wrong."""
-    keys = {name.replace("-", "_"): value for name, value in keys.items()}
+    keys = _python_names(keys)
     if isinstance(config, BrokerConfig):
         return dataclasses.replace(config, **keys) if keys else config
     if isinstance(config, Mapping):
-        return BrokerConfig.load(None, **{name.replace("-", "_"): value
-                                          for name, value in config.items()}, **keys)
-    return BrokerConfig.load(config, **keys)
+        return BrokerConfig.load(None, **{**_python_names(config), **keys})
+    return BrokerConfig.load(None if config is None else os.fspath(config), **keys)
+
+
+def _python_names(keys: Mapping[str, Any]) -> dict[str, Any]:
+    return {name.replace("-", "_"): value for name, value in keys.items()}
 
 
 class EmbeddedBroker:

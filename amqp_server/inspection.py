@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .broker.broker import Broker
     from .broker.queue import Queue
     from .broker.vhost import VirtualHost
+    from .protocol.connection import Connection
     from .server import AMQPProtocol, Server
 
 __all__ = ["Death", "PeekedMessage", "queue_depth", "peek", "open_connections",
@@ -101,22 +102,28 @@ def open_connections(server: Server, vhost: str | None = None) -> list[AMQPProto
     yet).  One the broker has sent connection.close counts as closed: its
     socket goes at close-ok or after `close_timeout`, whatever the client does."""
     return [protocol for protocol in server.protocols
-            if protocol.conn.state not in (CLOSING, CLOSED) and protocol.transport is not None
-            and not protocol.transport.is_closing()
-            and (vhost is None or (protocol.conn.vhost is not None
-                                   and protocol.conn.vhost.name == vhost))]
+            if (conn := _connection(protocol)).state not in (CLOSING, CLOSED)
+            and protocol.transport is not None and not protocol.transport.is_closing()
+            and (vhost is None or (conn.vhost is not None and conn.vhost.name == vhost))]
+
+
+def _connection(protocol: AMQPProtocol) -> Connection:
+    # Set in connection_made, before the server lists the protocol.
+    assert protocol.conn is not None
+    return protocol.conn
 
 
 def describe_connection(protocol: AMQPProtocol) -> str:
     """`peer -> listener (client product version, connection name)`, as far
     as the client said."""
-    properties = protocol.conn.client_properties
+    conn = _connection(protocol)
+    properties = conn.client_properties
     said = [_text(properties.get(key)) for key in ("product", "version")]
     client = " ".join(part for part in said if part)
     name = _text(properties.get("connection_name"))
     if name:
         client = f"{client}, {name!r}" if client else repr(name)
-    return f"{protocol.conn.name} ({client})" if client else protocol.conn.name
+    return f"{conn.name} ({client})" if client else conn.name
 
 
 def _text(value: object) -> str:
@@ -145,7 +152,7 @@ async def close_connections(server: Server, vhost: str | None = None,
     left = open_connections(server, vhost)
     described = [describe_connection(protocol) for protocol in left]
     for protocol in left:
-        protocol.conn.shutdown(CONNECTION_FORCED, reason)
+        _connection(protocol).shutdown(CONNECTION_FORCED, reason)
     # The shutdowns scheduled their flushes: let connection.close go out.
     await asyncio.sleep(0)
     for protocol in left:

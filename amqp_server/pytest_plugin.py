@@ -185,13 +185,13 @@ class BrokerFixture:
         # Policies first: a queue declared after them starts with them.
         for policy in policies:
             checked(f"amqp_broker: cannot set up policy {policy.name!r}",
-                     lambda: self.thread.set_policy(
-                         policy.name, policy.pattern, policy.definition, vhost=self.vhost,
-                         priority=policy.priority, apply_to=policy.apply_to))
+                    lambda: self.thread.set_policy(
+                        policy.name, policy.pattern, policy.definition, vhost=self.vhost,
+                        priority=policy.priority, apply_to=policy.apply_to))
         for queue in queues:
             checked(f"amqp_broker: cannot set up queue {queue.name!r}",
-                     lambda: self.thread.declare_queue(
-                         queue.name, queue.arguments, vhost=self.vhost, durable=queue.durable))
+                    lambda: self.thread.declare_queue(
+                        queue.name, queue.arguments, vhost=self.vhost, durable=queue.durable))
 
     def _tear_down(self) -> None:
         """Close what the test left open (and say so), then drop its vhost
@@ -227,7 +227,7 @@ def amqp_broker(request: pytest.FixtureRequest,
         else BrokerPool()
     thread = pool.get(spec, settings, lambda: tmp_path_factory.mktemp("amqp-broker"))
     fixture = BrokerFixture(thread, pool.vhost_name(item.name) if shared else "/", shared,
-                            pool, (str(item.path), item.location[1] + 1))
+                            pool, (str(item.path), (item.location[1] or 0) + 1))
     try:
         fixture._set_up(queues, policies)
     except BaseException:

@@ -9,13 +9,14 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 SCOPES = ("function", "module", "session")
 
-INI_OPTIONS = (
+# (name, pytest's type for it, default, help)
+INI_OPTIONS: tuple[tuple[str, Literal["string", "linelist"], Any, str], ...] = (
     ("amqp_broker_scope", "string", "function",
      "how long a test broker lives: function, module or session (shared brokers give "
      "each test a vhost of its own)"),
@@ -142,7 +143,7 @@ def _policy_line(line: str) -> PolicySpec:
 
 def _from_marker(kind: Callable[..., Any], marker: pytest.Mark) -> Any:
     return checked(f"@pytest.mark.{marker.name}",
-                    lambda: kind(*marker.args, **marker.kwargs))
+                   lambda: kind(*marker.args, **marker.kwargs))
 
 
 # The markers' signatures: a marker given wrong arguments fails its test
