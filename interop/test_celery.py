@@ -2,8 +2,9 @@
 against the broker of the pytest plugin's `amqp_broker` fixture, set up as
 the README's recipe shows.
 
-Results go to Celery's in-memory cache backend (`rpc://` needs direct
-reply-to); the worker shares it because it runs in this process.
+Results go to Celery's in-memory cache backend, which the worker shares
+because it runs in this process; one test shows the RPC backend (results
+as AMQP messages) works too.
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ def test_a_task_runs_and_its_result_comes_back(app):
     with run_worker(app):
         assert add.delay(2, 3).get(timeout=10) == 5
         assert add.apply_async((20, 22)).get(timeout=10) == 42
+
+
+def test_results_also_come_back_over_amqp_with_the_rpc_backend(amqp_url):
+    # Celery's RPC backend replies to a queue of its own (no direct reply-to).
+    app = make_app(amqp_url, result_backend="rpc://")
+    add = add_task(app)
+    with run_worker(app):
+        assert add.delay(2, 3).get(timeout=10) == 5
+    app.backend.result_consumer.stop()  # its connection is not the pool's
+    close(app)
 
 
 def test_a_task_rejected_without_requeue_is_dead_lettered_with_its_x_death(app, amqp_broker):
