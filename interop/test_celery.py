@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 
-import pika
 import pytest
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
@@ -165,33 +164,7 @@ def test_celery_inspect_ping_gets_an_answer(app, amqp_url):
     assert json.loads(command.stdout) == {WORKER: {"ok": "pong"}}
 
 
-def priorities_missing(url: str) -> str | None:
-    """Why priority queues cannot be tested here, or None when the broker
-    takes `x-max-priority` and serves higher priorities first."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        channel = connection.channel()
-        try:
-            channel.queue_declare("priority-probe", arguments={"x-max-priority": 9})
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            return f"the broker refuses x-max-priority: {exc}"
-        for priority in (1, 9):
-            channel.basic_publish("", "priority-probe", str(priority).encode(),
-                                  pika.BasicProperties(priority=priority))
-        _, _, first = channel.basic_get("priority-probe", auto_ack=True)
-        channel.queue_delete("priority-probe")
-    finally:
-        connection.close()
-    if first != b"9":
-        return ("priority queues are not implemented yet: a queue declared with "
-                "x-max-priority still serves messages in publish order")
-    return None
-
-
 def test_a_higher_priority_task_runs_first(amqp_url):
-    reason = priorities_missing(amqp_url)
-    if reason is not None:
-        pytest.skip(reason)
     app = make_app(amqp_url, worker_prefetch_multiplier=1, task_queue_max_priority=9,
                    task_default_priority=1)
     app.conf.task_queues[0].queue_arguments["x-max-priority"] = 9
