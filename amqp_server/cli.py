@@ -12,7 +12,7 @@ import sys
 from .broker.broker import Broker
 from .config import BrokerConfig, ConfigError
 from .loops import new_event_loop
-from .server import ListenError, Server
+from .server import ListenError, Server, tune_gc
 from .storage.lock import DataDirError
 
 log = logging.getLogger("amqp_server")
@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(config: BrokerConfig) -> None:
+    tune_gc()
     server = Server(Broker(config))
     await server.start()
     print(f"amqp-server listening on {server.host}:{server.port}", flush=True)

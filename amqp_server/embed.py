@@ -208,11 +208,6 @@ class EmbeddedBroker:
 
     def delete_vhost(self, name: str) -> None:
         """The vhost goes with its queues, exchanges, permissions and policies."""
-        # Broker.delete_vhost leaves the vhost's policies in the store; a
-        # vhost created again under the name would find them applied.
-        for operator in (False, True):
-            for policy in self.broker.policies.in_vhost(name, operator):
-                self.broker.clear_policy(name, policy.name, operator)
         self.broker.delete_vhost(name)
 
 

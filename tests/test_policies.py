@@ -154,6 +154,17 @@ def test_setting_a_policy_keeps_bindings():
     assert exchange.alternate == "other"
 
 
+def test_a_deleted_vhost_takes_its_policies_along():
+    broker = Broker()
+    broker.add_vhost("v")
+    broker.set_policy("v", "ttl", ".*", {"message-ttl": 5})
+    broker.set_policy("v", "cap", ".*", {"max-length": 5}, operator=True)
+    broker.delete_vhost("v")
+    broker.add_vhost("v")
+    assert broker.vhosts["v"].declare_queue("q", None).settings.message_ttl is None
+    assert broker.policies.in_vhost("v") == broker.policies.in_vhost("v", True) == []
+
+
 def test_unknown_vhost_and_policy():
     broker = Broker()
     with pytest.raises(KeyError):

@@ -131,6 +131,9 @@ class Broker:
         del self.vhosts[name]
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]
+        for operator in (False, True):  # a vhost made again under the name starts bare
+            for policy in self.policies.in_vhost(name, operator):
+                self.policies.remove(name, policy.name, operator)
         self._journal().vhost_deleted(name)
 
     def authenticate(self, username: str, password: str) -> User | None:
