@@ -185,14 +185,19 @@ def paging_broker():
 
 
 def test_past_the_paging_threshold_priority_order_holds(paging_broker):
-    """Priority queues keep their ready messages in memory (the page file
-    is read back in publish order): order holds past the threshold."""
+    """A lane per priority: past the threshold the queue keeps only its
+    head in memory, and a high priority paged behind low ones in memory
+    still goes first."""
     conn = pika.BlockingConnection(pika.URLParameters(paging_broker.url))
     channel = conn.channel()
+    channel.confirm_delivery()
     channel.queue_declare("prio.long", durable=True, arguments={"x-max-priority": 2})
     for n in range(40):
         channel.basic_publish("", "prio.long", f"{n}".encode(),
                               pika.BasicProperties(priority=n % 3, delivery_mode=2))
+    queue = http(paging_broker, "GET", "/api/queues/%2F/prio.long")[1]
+    assert (queue["messages"], queue["messages_ram"], queue["messages_paged_out"]) == (
+        40, 10, 30)
     got = [int(body) for body, _ in drain(channel, "prio.long")]
     assert got == sorted(range(40), key=lambda n: (-(n % 3), n))
     conn.close()

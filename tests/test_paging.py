@@ -5,6 +5,7 @@ own chunking."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from amqp_server.broker.broker import Broker
 from amqp_server.storage.paging import PageFile
@@ -257,3 +258,118 @@ def test_transient_messages_page_only_under_memory_pressure(tmp_path):
     assert queue.transient_page_limit > 1 << 40 and queue.page_limit == THRESHOLD
     assert drain(queue) == names("m", 50) + [b"new"]
     assert queue.paged_count == 0
+
+
+# ---- priority queues: a lane per priority --------------------------------
+
+
+def prioritised(queue, items) -> None:
+    """(body, priority) pairs, persistent."""
+    for body, priority in items:
+        queue.enqueue(persistent(queue.name, body, priority=priority))
+
+
+def priority_queue(broker, name: str = "pq"):
+    return broker.vhosts["/"].declare_queue(name, None, durable=True,
+                                            arguments=FieldTable({"x-max-priority": 9}))
+
+
+def test_a_priority_queue_pages_and_a_paged_higher_priority_goes_first(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = priority_queue(broker)
+    prioritised(queue, [(b, 1) for b in names("low", 30)])
+    assert (len(queue.ready), queue.paged_count) == (THRESHOLD, 20)
+    prioritised(queue, [(b, 7) for b in names("high", 15)])  # memory is full: paged
+    assert (len(queue.ready), queue.paged_count) == (THRESHOLD, 35)
+    assert drain(queue) == names("high", 15) + names("low", 30)
+    assert page_files(tmp_path) == []
+
+
+def test_priority_lanes_keep_their_order_with_returns_and_consumers(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = priority_queue(broker)
+    bodies = names("m", 60)
+    prioritised(queue, [(b, n % 3) for n, b in enumerate(bodies)])
+    taken = [queue.take_one() for _ in range(5)]  # m2, m5, m8, m11, m14
+    queue.requeue([taken[4], taken[1]])  # back in place, ahead of the paged rest
+    consumer = TakeAll()
+    queue.add_consumer(consumer, exclusive=False)
+    out = {entry.message.body for entry in taken}
+    by_level = [b for level in (2, 1, 0) for n, b in enumerate(bodies) if n % 3 == level]
+    assert consumer.got == [b"m5", b"m14"] + [b for b in by_level if b not in out]
+
+
+def test_a_priority_queue_under_memory_pressure_pages_its_lowest_tail(tmp_path):
+    broker = open_broker(tmp_path, paging_pressure_threshold=5)
+    queue = broker.vhosts["/"].declare_queue("pq", None, arguments=FieldTable(
+        {"x-max-priority": 5}))
+    for n, body in enumerate(names("m", 40)):
+        queue.enqueue(message("pq", body, priority=n % 4))
+    broker.set_paging_pressure(True)
+    assert (len(queue.ready), queue.paged_count) == (5, 35)
+    broker.set_paging_pressure(False)
+    expected = [b for level in (3, 2, 1, 0) for n, b in enumerate(names("m", 40))
+                if n % 4 == level]
+    assert drain(queue) == expected
+
+
+def test_purge_of_a_paged_priority_queue_keeps_unacked_and_is_durable(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = priority_queue(broker)
+    prioritised(queue, [(b, 1) for b in names("low", 20)])
+    prioritised(queue, [(b, 8) for b in names("high", 20)])  # paged behind the lows
+    out = [queue.take_one() for _ in range(3)]  # highs, read back from their lane
+    assert [e.message.body for e in out] == names("high", 3)
+    assert queue.purge() == 37
+    broker.store.flush_now()
+    broker.store.close()
+    again = open_broker(tmp_path)
+    restored = again.vhosts["/"].queues["pq"]
+    assert sorted(drain(restored)) == sorted(names("high", 3))
+
+
+def test_restart_pages_a_priority_queue_by_lane(tmp_path):
+    broker = open_broker(tmp_path)
+    queue = priority_queue(broker)
+    items = [(b, n % 4 * 3) for n, b in enumerate(names("m", 50))]
+    prioritised(queue, items)
+    broker.store.flush_now()
+    broker.store.close()
+    again = open_broker(tmp_path)
+    restored = again.vhosts["/"].queues["pq"]
+    assert (len(restored.ready), restored.paged_count) == (THRESHOLD, 40)
+    expected = [b for level in (9, 6, 3, 0) for b, p in items if p == level]
+    assert drain(restored) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("publish"), st.integers(0, 5)),
+                          st.just(("take", 0)), st.just(("return", 0))), max_size=80))
+def test_a_paged_priority_queue_serves_as_the_model_says(tmp_path_factory, operations):
+    """Any mix of publishes, gets and returns: the highest priority first,
+    oldest first within one, paged or not (the model: the smallest
+    (-priority, seq) among the ready)."""
+    broker = open_broker(tmp_path_factory.mktemp("pq"), paging_threshold=3)
+    queue = broker.vhosts["/"].declare_queue("pq", None, durable=True, arguments=FieldTable(
+        {"x-max-priority": 4}))
+    model: set[tuple[int, int]] = set()  # (-priority, n) ready
+    out: list = []  # (entry, model key) taken, not settled
+    for n, (operation, priority) in enumerate(operations):
+        if operation == "publish":
+            queue.enqueue(persistent("pq", str(n).encode(), priority=priority))
+            model.add((-min(priority, 4), n))
+        elif operation == "take":
+            entry = queue.take_one()
+            if not model:
+                assert entry is None
+                continue
+            expected = min(model)
+            model.remove(expected)
+            assert int(entry.message.body) == expected[1]
+            out.append((entry, expected))
+        elif out:
+            entry, key = out.pop(0)
+            queue.requeue([entry])
+            model.add(key)
+        assert queue.message_count == len(model)
+    assert [int(body) for body in drain(queue)] == [n for _, n in sorted(model)]

@@ -102,18 +102,16 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         self.store = None
         # Paging (storage/paging.py): past page_limit messages or
         # page_bytes_limit body bytes in memory (the transient_ limits for a
-        # message not in the store), further messages wait in `pages` and
-        # nothing of them stays in memory.  Every paged entry's seq is at
-        # least `paged_from`, and nothing out of the page file (ready,
-        # delayed or delivered) has one that high.
+        # message not in the store), further messages wait in the page
+        # files of `lanes` (paging.Lane, made at the first) and nothing of
+        # them stays in memory.
         self.paging = None
         self.in_memory_cap = in_memory_cap(self.arguments)
         self.page_limit = self.page_bytes_limit = sys.maxsize
         self.transient_page_limit = self.transient_page_bytes_limit = sys.maxsize
-        self.pages = None
+        self.lanes = None
         self.paged_count = 0
         self.paged_bytes = 0
-        self.paged_from = 0
         self.paged_segments: Counter = Counter()  # store segment -> paged entries in it
         # (effective settings, user policy, operator policy) from the vhost
         settings, self.policy, self.operator_policy = settings or (
@@ -346,8 +344,7 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart):
         count = self.message_count + len(self.scheduled)
         self._forget(self.ready)
         self._forget(self.waiting)
-        if self.paged_count and self.store is not None:
-            self.store.drop_from(self.vhost, self.name, self.paged_from, self.paged_segments)
+        self._forget_paged()
         self._drop_pages()
         self.ready.clear()
         self.scheduled.clear()

@@ -9,9 +9,10 @@ the maximum (rabbit_priority_queue).
 
 Both take the same calls from the queue: append/extend at the tail,
 popleft at the head, `[0]` to look at the head, `put_back` for returns and
-`drop` for the reaper; `pages` says whether the tail may go to a page file
-(the page file is read back in publish order, which a priority queue does
-not keep)."""
+`drop` for the reaper.  For paging (paging.py) each says which lane an
+entry is paged in: a FIFO queue has one; a priority queue one per
+priority, and before it serves a priority from memory it has a higher one
+read back from its lane."""
 
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ _SEQ = attrgetter("seq")
 class FifoReady(deque):
     __slots__ = ()
     pages = True
+    lane_count = 1
+
+    @staticmethod
+    def lane_of(entry: Entry) -> int:
+        return 0
+
+    @staticmethod
+    def watch(lanes, refill) -> None:
+        """The queue reads its one lane back itself when the head runs dry."""
 
     def put_back(self, entries: list[Entry], at_head: bool) -> None:
         """Returned messages: at the head (quorum), or back in their places."""
@@ -49,16 +59,43 @@ class FifoReady(deque):
 
 
 class PriorityReady:
-    pages = False
+    pages = True
 
     def __init__(self, max_priority: int) -> None:
         self.max_priority = max_priority
         self.levels = [FifoReady() for _ in range(max_priority + 1)]
+        self.lane_count = max_priority + 1
         self._count = 0
+        # Set once the queue pages (paging.Lane per level, and how to read
+        # one back): a level's paged messages go before lower levels.
+        self._lanes = None
+        self._refill = None
+
+    def watch(self, lanes, refill) -> None:
+        self._lanes = lanes
+        self._refill = refill
+
+    def level_of(self, priority: int | None) -> int:
+        return min(priority or 0, self.max_priority)
+
+    def lane_of(self, entry: Entry) -> int:
+        return self.level_of(message_priority(entry.message.header, HEADER_PREFIX))
 
     def _level(self, entry: Entry) -> FifoReady:
-        priority = message_priority(entry.message.header, HEADER_PREFIX) or 0
-        return self.levels[min(priority, self.max_priority)]
+        return self.levels[self.lane_of(entry)]
+
+    def _top(self) -> FifoReady | None:
+        """The level served next: the highest holding anything, in memory
+        or paged (read back first)."""
+        lanes = self._lanes
+        for index in range(self.max_priority, -1, -1):
+            level = self.levels[index]
+            if level:
+                return level
+            if lanes is not None and lanes[index].count:
+                self._refill(index)
+                return level
+        return None
 
     def append(self, entry: Entry) -> None:
         self._level(entry).append(entry)
@@ -69,11 +106,11 @@ class PriorityReady:
             self.append(entry)
 
     def popleft(self) -> Entry:
-        for level in reversed(self.levels):
-            if level:
-                self._count -= 1
-                return level.popleft()
-        raise IndexError("pop from an empty queue")
+        level = self._top()
+        if not level:
+            raise IndexError("pop from an empty queue")
+        self._count -= 1
+        return level.popleft()
 
     def pop(self) -> Entry:
         """The last to leave: the newest of the lowest priority."""
@@ -84,6 +121,8 @@ class PriorityReady:
         raise IndexError("pop from an empty queue")
 
     def __getitem__(self, index: int) -> Entry:
+        if index == 0 and self._lanes is not None:
+            self._top()  # the head may be a higher priority read back
         if index < 0:
             index += self._count
         for level in reversed(self.levels):
