@@ -18,7 +18,7 @@ from amqp_server.testing import BrokerThread
 
 from .test_durability import BrokerProcess
 from .test_management import http
-from .waiting import wait_get
+from .waiting import wait_for, wait_get
 
 PRIORITIES = [None, 1, 5, 10, 11, 255, 3, 5, 0, 7]
 
@@ -201,3 +201,43 @@ def test_past_the_paging_threshold_priority_order_holds(paging_broker):
     got = [int(body) for body, _ in drain(channel, "prio.long")]
     assert got == sorted(range(40), key=lambda n: (-(n % 3), n))
     conn.close()
+
+
+def test_overflow_modes_redelivery_and_purge_on_a_priority_queue(channel):
+    channel.confirm_delivery()
+    channel.queue_declare("prio.dlq")
+    channel.queue_declare("prio.full", arguments={
+        "x-max-priority": 5, "x-max-length": 2, "x-overflow": "reject-publish"})
+    channel.queue_declare("prio.full.dlx", arguments={
+        "x-max-priority": 5, "x-max-length": 2, "x-overflow": "reject-publish-dlx",
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "prio.dlq"})
+    for queue in ("prio.full", "prio.full.dlx"):
+        for n in range(2):
+            channel.basic_publish("", queue, f"{queue}{n}".encode(),
+                                  pika.BasicProperties(priority=n))
+        with pytest.raises(pika.exceptions.NackError):
+            channel.basic_publish("", queue, b"one too many", pika.BasicProperties(priority=5))
+    _, props, body = wait_get(channel, "prio.dlq")
+    assert (body, props.headers["x-death"][0]["reason"]) == (b"one too many", "maxlen")
+    assert channel.queue_purge("prio.full").method.message_count == 2
+
+    # Artemis's delayed redelivery and attempts: the high one waits out its
+    # delay while the low one is served, then comes first again, then dies.
+    channel.queue_declare("prio.retry", arguments={
+        "x-max-priority": 5, "x-redelivery-delay": 200, "x-max-delivery-attempts": 2,
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "prio.dlq"})
+    channel.basic_publish("", "prio.retry", b"low", pika.BasicProperties(priority=1))
+    channel.basic_publish("", "prio.retry", b"high", pika.BasicProperties(priority=5))
+    method, _, body = channel.basic_get("prio.retry")
+    assert body == b"high"
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    method, _, body = channel.basic_get("prio.retry")
+    assert body == b"low"  # the high one is waiting out its delay
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    got = []
+    assert wait_for(lambda: got.append(channel.basic_get("prio.retry")) or got[-1][0])
+    method, _, body = got[-1]
+    assert body == b"high" and method.redelivered
+    channel.basic_nack(method.delivery_tag, requeue=True)  # its second attempt: it dies
+    _, props, body = wait_get(channel, "prio.dlq")
+    assert (body, props.headers["x-death"][0]["reason"]) == (b"high", "delivery_limit")
