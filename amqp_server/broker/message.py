@@ -98,8 +98,11 @@ class Message:
                 self.ttl = parse_expiration(expiration)
             except ValueError as exc:
                 raise InvalidMessage(f"invalid expiration '{expiration}': {exc}") from exc
-        if h_end > h_start and (header.find(b"\x02CC", h_start, h_end) >= 0
-                                or header.find(b"\x03BCC", h_start, h_end) >= 0):
+        # One search for both names ("BCC" holds "CC"), the exact ones only
+        # where it finds something.
+        if h_end > h_start and header.find(b"CC", h_start, h_end) >= 0 and (
+                header.find(b"\x02CC", h_start, h_end) >= 0
+                or header.find(b"\x03BCC", h_start, h_end) >= 0):
             self._inspect_decoded()
 
     def _inspect_decoded(self) -> None:
