@@ -21,7 +21,7 @@ from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
-from . import definitions, messages, metrics, users
+from . import console, definitions, messages, metrics, users, workbench_routes
 from .requests import (
     BROKER,
     USER_KEY,
@@ -62,7 +62,8 @@ def not_authorised(reason: str) -> web.Response:
 @web.middleware
 async def auth_and_errors(request: web.Request, handler):
     broker = request.app[BROKER]
-    if request.path != "/metrics":
+    # The console's page and files are public: it logs in through the API.
+    if request.path != "/metrics" and not console.is_public(request.path):
         user, refusal = _authenticate(request, broker)
         if user is None:
             if refusal is not None:
@@ -568,6 +569,9 @@ def make_app(broker) -> web.Application:
     r.add_post("/api/definitions/{vhost}", import_definitions)
     r.add_get("/metrics", prometheus)
     users.add_routes(r)
+    # The dead-letter workbench's API and the web console (its own modules).
+    workbench_routes.add_routes(app, broker)
+    console.add_routes(app)
     return app
 
 

@@ -39,6 +39,7 @@ from .ordering import ready_for
 from .outcome import ACCEPTED
 from .paging import PagingPart, in_memory_cap
 from .redelivery import RedeliveryPart
+from .selection import SelectionPart
 
 
 def _discard(queue: "Queue", messages: list[Message], reason: str) -> None:
@@ -46,7 +47,7 @@ def _discard(queue: "Queue", messages: list[Message], reason: str) -> None:
     queue.stats["dropped"][("no_dlx", reason)] += len(messages)
 
 
-class Queue(LimitsPart, RedeliveryPart, PagingPart):
+class Queue(LimitsPart, RedeliveryPart, PagingPart, SelectionPart):
     is_queue = True
     # Collision-avoidance jitter needs no state of its own per queue (a
     # Random is 2.5 KB); tests give a queue its own, seeded.

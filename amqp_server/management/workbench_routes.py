@@ -1,0 +1,261 @@
+"""The dead-letter workbench over HTTP:
+
+    GET  /api/dead-letter-queues[/{vhost}]                queues holding dead letters
+    PUT  /api/queues/{vhost}/{name}/dead-letter-mark      mark (DELETE: unmark) a queue
+    GET  /api/queues/{vhost}/{name}/messages              peek, filtered, paginated
+    POST /api/queues/{vhost}/{name}/redrive               -> 202 {"task": id, ...}
+    POST /api/queues/{vhost}/{name}/move
+    POST /api/queues/{vhost}/{name}/delete-messages
+    GET  /api/tasks, GET /api/tasks/{id}, DELETE /api/tasks/{id} (stop it)
+
+Permissions are those of the AMQP operations the actions amount to: read
+on the queue to peek (basic.get), read on the queue and write on each
+target exchange to redrive or move (consume, then publish), read to delete
+(purge).  Moving to another broker is a shovel, which RabbitMQ lets
+policymakers and administrators set up.  A task is visible to its user,
+and to monitoring users and administrators.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from dlx.redrive import parse_filter
+
+from ..broker.permissions import CONFIGURE, READ
+from ..remote_publisher import parse_uri
+from . import workbench
+from .requests import (
+    BROKER,
+    USER_KEY,
+    BadRequest,
+    access_control,
+    changing_vhost,
+    grant_in,
+    read_body,
+    visible_vhost,
+)
+from .tasks import DEFAULT_RATE, DELETE, MOVE, REDRIVE, LocalTarget, RemoteTarget, TaskRegistry
+
+TASKS = web.AppKey("workbench_tasks", TaskRegistry)
+MARKS = web.AppKey("workbench_marks", workbench.Marks)
+
+
+def _number(value, name: str, default: int, lowest: int = 0, highest: int | None = None) -> int:
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"{name} must be an integer, got {value!r}") from None
+    if number < lowest or (highest is not None and number > highest):
+        top = f" and {highest}" if highest is not None else ""
+        raise BadRequest(f"{name} must be between {lowest}{top}, got {number}")
+    return number
+
+
+def _filter(given: dict):
+    try:
+        return parse_filter(given)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+# ---- finding dead letters ---------------------------------------------------------
+
+async def dead_letter_queues(request: web.Request) -> web.Response:
+    broker = request.app[BROKER]
+    if "vhost" in request.match_info:
+        vhosts = [visible_vhost(request)]
+    else:
+        names = access_control(request).visible_vhosts(request[USER_KEY])
+        vhosts = [broker.vhosts[name] for name in names]
+    marks = request.app[MARKS]
+    found = []
+    for vhost in vhosts:
+        targets = workbench.dead_letter_targets(vhost)
+        for queue in vhost.queues.values():
+            why = workbench.why_dead_letters(broker, vhost, queue, marks, targets)
+            if why is not None:
+                found.append(workbench.dead_letter_queue_json(queue, why))
+    return web.json_response(found)
+
+
+async def mark(request: web.Request) -> web.Response:
+    vhost = changing_vhost(request)
+    queue = vhost.queue(request.match_info["name"])
+    grant_in(request, vhost).check(CONFIGURE, "queue", queue.name)
+    request.app[MARKS].set(vhost.name, queue.name, request.method == "PUT")
+    return web.Response(status=204)
+
+
+def _readable_queue(request: web.Request):
+    """The queue in the path, for reading its messages: basic.get's checks
+    (read on the name, then 404, then exclusivity)."""
+    vhost = changing_vhost(request)
+    name = request.match_info["name"]
+    grant_in(request, vhost).check(READ, "queue", name)
+    queue = vhost.queue(name)
+    vhost.check_exclusive_access(queue, None)
+    return vhost, queue
+
+
+async def messages(request: web.Request) -> web.Response:
+    vhost, queue = _readable_queue(request)
+    query = dict(request.query)
+    offset = _number(query.pop("offset", None), "offset", 0)
+    limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
+                    workbench.PAGE_MAX)
+    shown = _number(query.pop("truncate", None), "truncate", workbench.BODY_SHOWN)
+    wanted = _filter(query)
+    return web.json_response(workbench.page(request.app[BROKER], vhost, queue, wanted,
+                                            offset, limit, shown))
+
+
+# ---- actions ----------------------------------------------------------------------
+
+def _chosen(request: web.Request, queue, body: dict):
+    """The seqs an action takes, in delivery order, and the replay
+    candidates not found: exactly one of `seqs`, `filter` ({} for all) or
+    `messages` ([{"message_id", "body_sha256"}])."""
+    given = [key for key in ("seqs", "filter", "messages") if key in body]
+    if len(given) != 1:
+        raise BadRequest("say which messages: exactly one of seqs (a list), filter "
+                         "(an object, {} for all) or messages (a list of message_id and "
+                         "body_sha256)")
+    broker = request.app[BROKER]
+    if "seqs" in body:
+        seqs = body["seqs"]
+        if not isinstance(seqs, list) or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in seqs):
+            raise BadRequest("seqs must be a list of integers")
+        order = {seq: index for index, seq in enumerate(
+            workbench.seqs_by_filter(broker, queue, _filter({})))}
+        return sorted(set(seqs), key=lambda s: order.get(s, len(order))), []
+    if "filter" in body:
+        if not isinstance(body["filter"], dict):
+            raise BadRequest("filter must be an object")
+        return workbench.seqs_by_filter(broker, queue, _filter(body["filter"])), []
+    named = body["messages"]
+    if not isinstance(named, list) or not all(
+            isinstance(item, dict) and isinstance(item.get("body_sha256"), str)
+            for item in named):
+        raise BadRequest("messages must be a list of objects with body_sha256 "
+                         "(and message_id)")
+    keys = [(None if item.get("message_id") in (None, "") else str(item["message_id"]),
+             item["body_sha256"].lower()) for item in named]
+    return workbench.seqs_by_candidates(broker, queue, keys)
+
+
+def _rate(body: dict) -> float:
+    value = body.get("rate", DEFAULT_RATE)
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"rate must be a number of messages per second, got {value!r}") \
+            from None
+    if rate < 0:
+        raise BadRequest("rate must be 0 (no limit) or more")
+    return rate
+
+
+def _started(request: web.Request, kind: str, vhost, queue, seqs, missing, rate, target,
+             described) -> web.Response:
+    task = request.app[TASKS].start(kind, vhost, queue, request[USER_KEY].name, seqs, rate,
+                                    target, described, missing)
+    return web.json_response({"task": task.id, "href": f"/api/tasks/{task.id}",
+                              "total": len(seqs), "missing": missing}, status=202)
+
+
+async def redrive(request: web.Request) -> web.Response:
+    vhost, queue = _readable_queue(request)
+    body = await read_body(request)
+    seqs, missing = _chosen(request, queue, body)
+    target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
+    return _started(request, REDRIVE, vhost, queue, seqs, missing, _rate(body), target,
+                    {"to": "origin"})
+
+
+async def move(request: web.Request) -> web.Response:
+    vhost, queue = _readable_queue(request)
+    body = await read_body(request)
+    exchange = body.get("exchange")
+    if not isinstance(exchange, str):
+        raise BadRequest("exchange is mandatory (\"\" for the default exchange)")
+    routing_key = body.get("routing_key")
+    if routing_key is not None and not isinstance(routing_key, str):
+        raise BadRequest("routing_key must be a string")
+    exchange = "" if exchange == "amq.default" else exchange
+    described = {"exchange": exchange, "routing_key": routing_key}
+    uri = body.get("uri")
+    if uri:
+        access_control(request).require_policymaker(request[USER_KEY], vhost.name)
+        try:
+            parsed = parse_uri(str(uri))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        target = RemoteTarget(parsed, exchange, routing_key)
+        described["uri"] = parsed.shown
+    else:
+        target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), exchange,
+                             routing_key)
+        target.check()  # 404 or 403 now, not in the task
+    seqs, missing = _chosen(request, queue, body)
+    return _started(request, MOVE, vhost, queue, seqs, missing, _rate(body), target,
+                    described)
+
+
+async def delete_messages(request: web.Request) -> web.Response:
+    vhost, queue = _readable_queue(request)
+    body = await read_body(request)
+    seqs, missing = _chosen(request, queue, body)
+    return _started(request, DELETE, vhost, queue, seqs, missing, _rate(body), None, {})
+
+
+# ---- tasks ------------------------------------------------------------------------
+
+def _visible_task(request: web.Request):
+    task = request.app[TASKS].tasks[request.match_info["id"]]
+    if not access_control(request).sees_owned(request[USER_KEY], task.user):
+        raise KeyError(task.id)  # 404: other users' tasks are not disclosed
+    return task
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    access = access_control(request)
+    user = request[USER_KEY]
+    return web.json_response([task.as_json() for task in request.app[TASKS].tasks.values()
+                              if access.sees_owned(user, task.user)])
+
+
+async def get_task(request: web.Request) -> web.Response:
+    return web.json_response(_visible_task(request).as_json())
+
+
+async def cancel_task(request: web.Request) -> web.Response:
+    task = _visible_task(request)
+    access_control(request).require_may_close(request[USER_KEY], task.user)
+    request.app[TASKS].cancel(task)
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application, broker) -> None:
+    registry = app[TASKS] = TaskRegistry(broker)
+    app[MARKS] = workbench.marks_for(broker)
+
+    async def stop_tasks(_app) -> None:
+        await registry.stop()
+
+    app.on_shutdown.append(stop_tasks)
+    r = app.router
+    r.add_get("/api/dead-letter-queues", dead_letter_queues)
+    r.add_get("/api/dead-letter-queues/{vhost}", dead_letter_queues)
+    r.add_put("/api/queues/{vhost}/{name}/dead-letter-mark", mark)
+    r.add_delete("/api/queues/{vhost}/{name}/dead-letter-mark", mark)
+    r.add_get("/api/queues/{vhost}/{name}/messages", messages)
+    r.add_post("/api/queues/{vhost}/{name}/redrive", redrive)
+    r.add_post("/api/queues/{vhost}/{name}/move", move)
+    r.add_post("/api/queues/{vhost}/{name}/delete-messages", delete_messages)
+    r.add_get("/api/tasks", list_tasks)
+    r.add_get("/api/tasks/{id}", get_task)
+    r.add_delete("/api/tasks/{id}", cancel_task)

@@ -1,0 +1,283 @@
+"""The dead-letter workbench over HTTP: find dead-letter queues, peek with
+filters, redrive, move and delete as tasks with progress, against a real
+broker with pika publishing, rejecting and observing."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+
+from amqp_server.testing import BrokerThread
+
+from .test_management import http
+from .waiting import wait_for, wait_get
+
+
+def wait_task(broker, task_id: str, auth=("guest", "guest"), seconds: float = 20.0) -> dict:
+    """The task once it is no longer running (bounded in time)."""
+    answer = {}
+
+    def finished() -> bool:
+        nonlocal answer
+        status, answer = http(broker, "GET", f"/api/tasks/{task_id}", auth=auth)
+        assert status == 200, answer
+        return answer["state"] != "running"
+
+    assert wait_for(finished, seconds, step=lambda: time.sleep(0.05)), answer
+    return answer
+
+
+def dead_letters(channel, bodies, queue="work", exchange="shop", key="order",
+                 message_ids=None):
+    """Publish `bodies` through `exchange` to `queue`, reject each without
+    requeue: they die 'rejected' into `queue`.dlq through exchange dlx."""
+    channel.exchange_declare("dlx", "fanout")
+    channel.queue_declare(f"{queue}.dlq", durable=True)
+    channel.queue_bind(f"{queue}.dlq", "dlx")
+    channel.exchange_declare(exchange, "direct")
+    channel.queue_declare(queue, durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+    channel.queue_bind(queue, exchange, key)
+    channel.confirm_delivery()
+    for index, body in enumerate(bodies):
+        message_id = message_ids[index] if message_ids else f"m-{index}"
+        channel.basic_publish(exchange, key, body, pika.BasicProperties(
+            message_id=message_id, delivery_mode=2, headers={"trace": f"t-{index}"}))
+    for _ in bodies:
+        method, _props, _body = wait_get_noack(channel, queue)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_for(lambda: channel.queue_declare(f"{queue}.dlq", passive=True)
+                    .method.message_count == len(bodies))
+
+
+def wait_get_noack(channel, queue):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        method, props, body = channel.basic_get(queue, auto_ack=False)
+        if method is not None:
+            return method, props, body
+        time.sleep(0.02)
+    raise AssertionError(f"nothing in {queue}")
+
+
+def count(channel, queue: str) -> int:
+    return channel.queue_declare(queue, passive=True).method.message_count
+
+
+def test_dead_letter_queues_are_found_and_peeked_without_being_consumed(broker, channel):
+    dead_letters(channel, [b'{"sku": "A-1"}', b"plain text", b"\x00\xff binary"])
+    channel.queue_declare("DLQ.orders")
+    channel.queue_declare("plain")
+    status, found = http(broker, "GET", "/api/dead-letter-queues")
+    assert status == 200
+    why = {q["name"]: q["why"] for q in found}
+    assert why == {"work.dlq": "dead-letter exchange", "DLQ.orders": "name"}
+
+    status, page = http(broker, "GET", "/api/queues/%2F/work.dlq/messages?limit=2")
+    assert status == 200
+    assert (page["messages_ready"], page["matched"], len(page["messages"])) == (3, 3, 2)
+    first = page["messages"][0]
+    assert first["properties"]["message_id"] == "m-0"
+    assert first["headers"]["trace"] == "t-0"
+    assert first["deaths"][0]["queue"] == "work" and first["deaths"][0]["reason"] == "rejected"
+    assert first["deaths"][0]["exchange"] == "shop"
+    assert first["deaths"][0]["routing_keys"] == ["order"]
+    assert first["origin"] == {"exchange": "shop", "routing_keys": ["order"], "from": "x-death"}
+    assert first["payload_text"] == '{"sku": "A-1"}' and not first["redelivered"]
+    status, rest = http(broker, "GET", "/api/queues/%2F/work.dlq/messages?offset=2&limit=2")
+    binary = rest["messages"][0]
+    assert binary["payload_text"] is None and binary["payload_base64"] == "AP8gYmluYXJ5"
+    # Peeking consumed nothing and marked nothing redelivered.
+    method, _props, body = wait_get(channel, "work.dlq")
+    assert body == b'{"sku": "A-1"}' and not method.redelivered
+    assert count(channel, "work.dlq") == 2
+
+
+def test_filters_pick_messages_by_body_reason_queue_and_message_id(broker, channel):
+    dead_letters(channel, [b"alpha one", b"beta two", b"alpha three"])
+    base = "/api/queues/%2F/work.dlq/messages"
+    bodies = lambda q: [m["payload_text"] for m in http(broker, "GET", base + q)[1]["messages"]]
+    assert bodies("?body=alpha") == ["alpha one", "alpha three"]
+    assert bodies("?reason=rejected&original_queue=work&original_exchange=shop") == [
+        "alpha one", "beta two", "alpha three"]
+    assert bodies("?reason=expired") == []
+    assert bodies("?message_id=m-1") == ["beta two"]
+    assert bodies(f"?since={int(time.time()) + 3600}") == []
+    assert bodies("?until=2999-01-01T00:00:00Z&body=three") == ["alpha three"]
+    status, error = http(broker, "GET", base + "?reason=tired")
+    assert status == 400 and error["error"] == "bad_request"
+    assert "reason must be one of" in error["reason"]
+    assert http(broker, "GET", base + "?limit=0")[0] == 400
+    assert http(broker, "GET", "/api/queues/%2F/missing/messages") == (
+        404, {"error": "Object Not Found", "reason": "Not Found"})
+
+
+def test_redrive_sends_each_message_back_to_its_exchange_and_keys_and_x_death_counts_on(
+        broker, channel):
+    dead_letters(channel, [b"first", b"second", b"third"])
+    status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive",
+                           {"filter": {"body": "second"}})
+    assert status == 202 and started["total"] == 1
+    task = wait_task(broker, started["task"])
+    assert (task["state"], task["moved"], task["failed"], task["duplicates"]) == (
+        "completed", 1, 0, 0)
+    assert count(channel, "work.dlq") == 2
+    method, props, body = wait_get_noack(channel, "work")
+    assert body == b"second" and props.message_id == "m-1"
+    assert props.headers["trace"] == "t-1"
+    assert props.headers["x-death"][0]["count"] == 1
+    # It dies again: the same x-death entry counts on.
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_for(lambda: count(channel, "work.dlq") == 3)
+    page = http(broker, "GET", "/api/queues/%2F/work.dlq/messages?message_id=m-1")[1]
+    assert page["messages"][0]["deaths"][0]["count"] == 2
+    assert page["messages"][0]["death_count"] == 2
+
+
+def test_redrive_all_and_of_chosen_seqs(broker, channel):
+    dead_letters(channel, [b"a", b"b", b"c", b"d"])
+    page = http(broker, "GET", "/api/queues/%2F/work.dlq/messages")[1]
+    chosen = [m["seq"] for m in page["messages"] if m["payload_text"] in ("b", "d")]
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"seqs": chosen})[1]
+    assert wait_task(broker, started["task"])["moved"] == 2
+    assert [wait_get(channel, "work")[2] for _ in range(2)] == [b"b", b"d"]
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive",
+                   {"filter": {}, "rate": 50})[1]
+    task = wait_task(broker, started["task"])
+    assert (task["total"], task["moved"], task["rate_limit"]) == (2, 2, 50)
+    assert count(channel, "work.dlq") == 0 and count(channel, "work") == 2
+
+
+def test_a_message_whose_origin_routes_nowhere_stays_in_the_dead_letter_queue(
+        broker, channel):
+    dead_letters(channel, [b"orphan"])
+    channel.queue_unbind("work", "shop", "order")
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"filter": {}})[1]
+    task = wait_task(broker, started["task"])
+    assert (task["moved"], task["failures"]) == (0, {"unroutable": 1})
+    assert count(channel, "work.dlq") == 1
+    method, _props, _body = wait_get(channel, "work.dlq")
+    assert not method.redelivered
+
+
+def test_move_to_a_chosen_exchange_and_key_then_delete(broker, channel):
+    dead_letters(channel, [b"keep", b"move me", b"drop me"])
+    channel.queue_declare("parking")
+    status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                           {"filter": {"body": "move"}, "exchange": "amq.default",
+                            "routing_key": "parking"})
+    assert status == 202
+    assert wait_task(broker, started["task"])["moved"] == 1
+    _method, props, body = wait_get(channel, "parking")
+    assert body == b"move me" and props.headers["x-death"][0]["queue"] == "work"
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/delete-messages",
+                   {"filter": {"body": "drop"}})[1]
+    assert wait_task(broker, started["task"])["moved"] == 1
+    assert [m["payload_text"] for m in http(
+        broker, "GET", "/api/queues/%2F/work.dlq/messages")[1]["messages"]] == ["keep"]
+    # Bad requests are refused before anything moves.
+    for body, reason in (({"exchange": ""}, "exactly one of"),
+                         ({"filter": {}}, "exchange is mandatory"),
+                         ({"filter": {}, "exchange": "", "rate": -1}, "rate must be"),
+                         ({"seqs": ["a"], "exchange": ""}, "list of integers")):
+        status, error = http(broker, "POST", "/api/queues/%2F/work.dlq/move", body)
+        assert status == 400 and reason in error["reason"], (body, error)
+    assert http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                {"filter": {}, "exchange": "nowhere"})[0] == 404
+    assert count(channel, "work.dlq") == 1
+
+
+def test_replay_candidates_are_matched_by_message_id_and_body_digest(broker, channel):
+    import hashlib
+    dead_letters(channel, [b"one", b"two", b"two"], message_ids=["a", "b", "b"])
+    digest = lambda body: hashlib.sha256(body).hexdigest()
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"messages": [
+        {"message_id": "b", "body_sha256": digest(b"two")},
+        {"message_id": "a", "body_sha256": digest(b"not one")}]})[1]
+    assert started["total"] == 1
+    assert started["missing"] == [{"message_id": "a", "body_sha256": digest(b"not one")}]
+    assert wait_task(broker, started["task"])["moved"] == 1
+    assert count(channel, "work.dlq") == 2 and count(channel, "work") == 1
+
+
+def test_users_see_only_what_their_permissions_allow(broker, channel):
+    dead_letters(channel, [b"secret"])
+    http(broker, "PUT", "/api/users/viewer", {"password": "pw", "tags": "management"})
+    http(broker, "PUT", "/api/vhosts/other")
+    http(broker, "PUT", "/api/permissions/other/viewer",
+         {"configure": ".*", "write": ".*", "read": ".*"})
+    viewer = ("viewer", "pw")
+    assert http(broker, "GET", "/api/dead-letter-queues", auth=viewer) == (200, [])
+    status, error = http(broker, "GET", "/api/queues/%2F/work.dlq/messages", auth=viewer)
+    assert status == 401 and error["error"] == "not_authorised"
+    assert http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"filter": {}},
+                auth=viewer)[0] == 401
+    # Read but no write on the target: the redrive keeps the message.
+    http(broker, "PUT", "/api/permissions/%2F/viewer",
+         {"configure": "", "write": "^$", "read": ".*"})
+    assert http(broker, "GET", "/api/queues/%2F/work.dlq/messages", auth=viewer)[0] == 200
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"filter": {}},
+                   auth=viewer)[1]
+    task = wait_task(broker, started["task"], auth=viewer)
+    assert task["moved"] == 0 and "access to exchange 'shop'" in next(iter(task["failures"]))
+    assert count(channel, "work.dlq") == 1
+    # Other users' tasks are not disclosed; guest (administrator) sees them all.
+    http(broker, "PUT", "/api/users/other", {"password": "pw", "tags": "management"})
+    assert http(broker, "GET", f"/api/tasks/{started['task']}", auth=("other", "pw"))[0] == 404
+    assert http(broker, "GET", "/api/tasks", auth=("other", "pw")) == (200, [])
+    assert http(broker, "GET", f"/api/tasks/{started['task']}")[0] == 200
+    # Moving to another broker takes policymaker.
+    status, error = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                         {"filter": {}, "exchange": "", "uri": "amqp://127.0.0.1:1/"},
+                         auth=viewer)
+    assert status == 401
+
+
+def test_queues_are_marked_as_holding_dead_letters(broker, channel):
+    channel.queue_declare("poison-archive")
+    assert http(broker, "GET", "/api/dead-letter-queues/%2F")[1] == []
+    assert http(broker, "PUT", "/api/queues/%2F/poison-archive/dead-letter-mark")[0] == 204
+    assert [(q["name"], q["why"]) for q in http(
+        broker, "GET", "/api/dead-letter-queues/%2F")[1]] == [("poison-archive", "marked")]
+    assert http(broker, "DELETE", "/api/queues/%2F/poison-archive/dead-letter-mark")[0] == 204
+    assert http(broker, "GET", "/api/dead-letter-queues/%2F")[1] == []
+
+
+def test_move_to_another_broker_by_amqp_uri_keeps_every_header(broker, channel):
+    dead_letters(channel, [b"travels", b"stays"])
+    with BrokerThread() as other:
+        remote = pika.BlockingConnection(pika.URLParameters(other.url))
+        try:
+            remote_channel = remote.channel()
+            remote_channel.queue_declare("landing")
+            uri = f"amqp://guest:guest@127.0.0.1:{other.port}/%2F"
+            status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                                   {"filter": {"body": "travels"}, "exchange": "",
+                                    "routing_key": "landing", "uri": uri})
+            assert status == 202
+            task = wait_task(broker, started["task"])
+            assert (task["state"], task["moved"]) == ("completed", 1)
+            assert task["target"]["uri"] == f"amqp://guest@127.0.0.1:{other.port}/%2F"
+            _method, props, body = wait_get(remote_channel, "landing")
+            assert body == b"travels" and props.message_id == "m-0"
+            assert props.headers["x-death"][0]["queue"] == "work"
+            assert props.headers["x-first-death-exchange"] == "shop"
+            # Routed nowhere over there: it stays here.
+            started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                           {"filter": {}, "exchange": "", "routing_key": "absent",
+                            "uri": uri})[1]
+            task = wait_task(broker, started["task"])
+            assert (task["moved"], task["failed"]) == (0, 1)
+        finally:
+            remote.close()
+    assert count(channel, "work.dlq") == 1
+    # A broker that is not there: the task fails and nothing moves.
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                   {"filter": {}, "exchange": "", "uri": "amqp://127.0.0.1:1/"})[1]
+    task = wait_task(broker, started["task"])
+    assert task["state"] == "failed" and "cannot reach amqp://guest@127.0.0.1:1/" in task["error"]
+    assert count(channel, "work.dlq") == 1
+    status, error = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                         {"filter": {}, "exchange": "", "uri": "http://x/"})
+    assert status == 400 and "not an AMQP URI" in error["reason"]
