@@ -382,6 +382,9 @@ def _parser() -> argparse.ArgumentParser:
          "write definitions to FILE ('-' for stdout)").add_argument("file")
     verb("import_definitions", import_definitions,
          "load definitions from FILE ('-' for stdin)").add_argument("file")
+    # The dead-letter verbs live in their own module.
+    from . import ctl_dead_letters
+    ctl_dead_letters.register(verb)
     return parser
 
 

@@ -1,0 +1,242 @@
+"""amqpctl's dead-letter verbs, on the workbench's HTTP API:
+
+    amqpctl list_dead_letters [-p VHOST] [QUEUE] [--reason R] [--body TEXT] ...
+    amqpctl redrive [-p VHOST] QUEUE [filters] [--seq N ...] [--rate N]
+    amqpctl redrive --from-file AUDIT/replay-candidates.ndjson
+    amqpctl move_messages [-p VHOST] QUEUE EXCHANGE [ROUTING_KEY] [--to-uri URI] [filters]
+    amqpctl delete_dead_letters [-p VHOST] QUEUE [filters]
+
+Without QUEUE, list_dead_letters lists the queues holding dead letters;
+with it, their messages, peeked (nothing is consumed).  The actions run as
+tasks in the broker; the verb follows the task and prints its progress.
+It exits 0 when every chosen message went, 65 when some could not (not
+found, unroutable, refused), 69 when the task failed (the other broker
+unreachable, say), as rabbitmqctl's codes go.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from urllib.parse import quote, urlencode
+
+from dlx.redrive import parse_candidates
+
+from .ctl import EX_DATAERR, EX_UNAVAILABLE, CtlError, _say, _table, _vhost_path
+
+FILTER_FLAGS = (("--reason", "reason"), ("--original-queue", "original_queue"),
+                ("--original-exchange", "original_exchange"), ("--since", "since"),
+                ("--until", "until"), ("--message-id", "message_id"), ("--body", "body"))
+QUEUE_COLUMNS = ["name", "why", "messages_ready", "messages_paged_out", "consumers"]
+MESSAGE_COLUMNS = ["seq", "message_id", "reason", "original_queue", "original_exchange",
+                   "died_at", "death_count", "origin", "payload_bytes"]
+POLL_SECONDS = 0.2
+
+
+def _filter(args) -> dict:
+    return {key: getattr(args, key) for _flag, key in FILTER_FLAGS
+            if getattr(args, key) is not None}
+
+
+def _queue_path(vhost: str, queue: str) -> str:
+    return f"/queues/{_vhost_path(vhost)}/{quote(queue, safe='')}"
+
+
+def _not_found_as(exc: CtlError, what: str) -> CtlError:
+    if str(exc) == "not found":
+        return CtlError(f"{what} not found", EX_DATAERR)
+    return exc
+
+
+# ---- listing -----------------------------------------------------------------
+
+def list_dead_letters(api, args) -> None:
+    if args.queue is None:
+        _say(args, f"Listing dead-letter queues for vhost {args.vhost} ...")
+        try:
+            rows = api.call("GET", f"/dead-letter-queues/{_vhost_path(args.vhost)}")
+        except CtlError as exc:
+            raise _not_found_as(exc, f"vhost '{args.vhost}'") from None
+        _table(args, QUEUE_COLUMNS, rows)
+        return
+    _say(args, f"Listing dead letters in queue {args.queue} of vhost {args.vhost} ...")
+    query = urlencode({**_filter(args), "offset": args.offset, "limit": args.limit})
+    try:
+        page = api.call("GET", f"{_queue_path(args.vhost, args.queue)}/messages?{query}")
+    except CtlError as exc:
+        raise _not_found_as(exc, f"queue '{args.queue}' in vhost '{args.vhost}'") from None
+    rows = []
+    for message in page["messages"]:
+        origin = message["origin"]
+        rows.append({**message, "message_id": message["properties"].get("message_id"),
+                     "died_at": _time(message["died_at"]),
+                     "origin": f"{origin['exchange'] or '(default)'} "
+                               f"{','.join(origin['routing_keys'])}" if origin else None})
+    _table(args, MESSAGE_COLUMNS, rows)
+    hidden = page["messages_paged_out"] + page["messages_delayed"]
+    if hidden:
+        _say(args, f"({hidden} messages paged to disk or delayed are not shown)")
+
+
+def _time(seconds) -> str | None:
+    if seconds is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+# ---- actions -----------------------------------------------------------------
+
+def _selection(args) -> dict:
+    if args.seq:
+        return {"seqs": args.seq}
+    return {"filter": _filter(args)}
+
+
+def redrive(api, args) -> None:
+    if args.from_file:
+        _redrive_candidates(api, args)
+        return
+    if args.queue is None:
+        raise CtlError("redrive needs a QUEUE, or --from-file", EX_DATAERR)
+    _say(args, f"Redriving dead letters of queue {args.queue} in vhost {args.vhost} "
+               "to where they came from ...")
+    _run(api, args, args.vhost, args.queue, "redrive", {**_selection(args), "rate": args.rate})
+
+
+def move_messages(api, args) -> None:
+    target = f"{args.to_uri} " if args.to_uri else ""
+    _say(args, f"Moving messages of queue {args.queue} in vhost {args.vhost} to exchange "
+               f"'{args.exchange}' {target}...")
+    body = {**_selection(args), "rate": args.rate, "exchange": args.exchange}
+    if args.routing_key is not None:
+        body["routing_key"] = args.routing_key
+    if args.to_uri:
+        body["uri"] = args.to_uri
+    _run(api, args, args.vhost, args.queue, "move", body)
+
+
+def delete_dead_letters(api, args) -> None:
+    _say(args, f"Deleting messages of queue {args.queue} in vhost {args.vhost} ...")
+    _run(api, args, args.vhost, args.queue, "delete-messages",
+         {**_selection(args), "rate": args.rate})
+
+
+def _redrive_candidates(api, args) -> None:
+    """The audit's replay-candidates.ndjson: exactly the messages it names,
+    one task per dead-letter queue; the ones not found are reported."""
+    try:
+        with open(args.from_file) as handle:
+            candidates = parse_candidates(handle.read())
+    except OSError as exc:
+        raise CtlError(f"cannot read {args.from_file}: {exc.strerror}", EX_DATAERR) from None
+    except ValueError as exc:
+        raise CtlError(f"{args.from_file}: {exc}", EX_DATAERR) from None
+    by_queue = defaultdict(list)
+    for candidate in candidates:
+        by_queue[(candidate.vhost, candidate.queue)].append(candidate)
+    _say(args, f"Redriving {len(candidates)} replay candidates from {args.from_file} "
+               f"in {len(by_queue)} queues ...")
+    worst = 0
+    for (vhost, queue), named in sorted(by_queue.items()):
+        body = {"messages": [{"message_id": c.message_id, "body_sha256": c.body_sha256}
+                             for c in named], "rate": args.rate}
+        try:
+            _run(api, args, vhost, queue, "redrive", body)
+        except CtlError as exc:
+            if exc.code == EX_UNAVAILABLE and "unable to reach" in str(exc):
+                raise
+            print(f"Error: {exc}", file=sys.stderr)
+            worst = max(worst, exc.code)
+    if worst:
+        raise CtlError("some replay candidates were not redriven (above)", worst)
+
+
+def _run(api, args, vhost: str, queue: str, action: str, body: dict) -> None:
+    try:
+        started = api.call("POST", f"{_queue_path(vhost, queue)}/{action}", body)
+    except CtlError as exc:
+        raise _not_found_as(exc, f"queue '{queue}' in vhost '{vhost}' (or the target)") \
+            from None
+    for missing in started.get("missing", []):
+        _say(args, f"not found in {queue}: message_id {missing['message_id']} "
+                   f"body_sha256 {missing['body_sha256']}")
+    task = _follow(api, args, started["task"])
+    if args.formatter == "json":
+        print(json.dumps({**task, "missing": started.get("missing", [])}))
+    else:
+        _say(args, _summary(task, len(started.get("missing", []))))
+    if task["state"] == "failed":
+        raise CtlError(f"task {task['id']} failed: {task['error']}", EX_UNAVAILABLE)
+    if task["failed"] or task["not_found"] or started.get("missing"):
+        raise CtlError(f"{task['failed'] + task['not_found'] + len(started.get('missing', []))}"
+                       f" of the chosen messages were not {_done_word(task['kind'])}",
+                       EX_DATAERR)
+
+
+def _follow(api, args, task_id: str) -> dict:
+    """Poll the task until it ends, printing progress as it changes."""
+    shown = None
+    while True:
+        task = api.call("GET", f"/tasks/{quote(task_id, safe='')}")
+        progress = (task["done"], task["total"])
+        if progress != shown and task["state"] == "running":
+            _say(args, f"  {task['done']}/{task['total']} ...")
+            shown = progress
+        if task["state"] != "running":
+            return task
+        time.sleep(POLL_SECONDS)
+
+
+def _done_word(kind: str) -> str:
+    return {"redrive": "redriven", "move": "moved", "delete": "deleted"}[kind]
+
+
+def _summary(task: dict, missing: int) -> str:
+    parts = [f"{task['moved']} of {task['total'] + missing} {_done_word(task['kind'])}"]
+    if task["not_found"] or missing:
+        parts.append(f"{task['not_found'] + missing} not found")
+    for reason, count in task["failures"].items():
+        parts.append(f"{count} kept: {reason}")
+    if task["duplicates"]:
+        parts.append(f"{task['duplicates']} possibly duplicated")
+    return f"Task {task['id']} {task['state']}: " + ", ".join(parts)
+
+
+# ---- parsing -------------------------------------------------------------------
+
+def register(verb) -> None:
+    """Add the verbs to amqpctl's parser (`verb(name, func, help)` makes one)."""
+
+    def filters(sub) -> None:
+        for flag, key in FILTER_FLAGS:
+            sub.add_argument(flag, dest=key, default=None)
+
+    def action(sub) -> None:
+        filters(sub)
+        sub.add_argument("--seq", type=int, action="append",
+                         help="only the message with this seq (repeatable)")
+        sub.add_argument("--rate", type=float, default=1000,
+                         help="messages per second at most (0: no limit)")
+
+    listing = verb("list_dead_letters", list_dead_letters,
+                   "list queues holding dead letters, or a queue's dead letters")
+    listing.add_argument("queue", nargs="?")
+    filters(listing)
+    listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--limit", type=int, default=100)
+    sub = verb("redrive", redrive, "send dead letters back where they came from")
+    sub.add_argument("queue", nargs="?")
+    sub.add_argument("--from-file", help="the audit's replay-candidates.ndjson")
+    action(sub)
+    sub = verb("move_messages", move_messages,
+               "move messages to an exchange, here or on another broker (--to-uri)")
+    sub.add_argument("queue")
+    sub.add_argument("exchange", help="'' for the default exchange")
+    sub.add_argument("routing_key", nargs="?")
+    sub.add_argument("--to-uri", help="amqp://user:pass@host:port/vhost of another broker")
+    action(sub)
+    sub = verb("delete_dead_letters", delete_dead_letters, "delete chosen messages of a queue")
+    sub.add_argument("queue")
+    action(sub)
