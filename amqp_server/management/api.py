@@ -39,6 +39,7 @@ from .shapes import (
     channel_json,
     connection_json,
     consumer_json,
+    dead_lettered_totals,
     exchange_json,
     queue_json,
     vhost_bindings,
@@ -196,6 +197,9 @@ async def overview(request: web.Request) -> web.Response:
         "message_stats": {"publish": sum(q.published for q in queues),
                           "deliver_get": sum(q.delivered for q in queues),
                           "ack": sum(q.acked for q in queues)},
+        "dead_lettered": dead_lettered_totals(queues),
+        # Resource alarms block every publisher: anyone may know they are on.
+        "alarms": sorted(request.app[BROKER].alarms),
     }
     if access_control(request).is_monitor(request[USER_KEY]):
         answer["listeners"] = [{"node": NODE, "protocol": "amqp",
