@@ -81,6 +81,12 @@ def require_rabbitmq(product: str | None, where: str, hint: str) -> None:
     else:
         message = (f"the broker at {where} is {product!r}, not RabbitMQ: differential tests "
                    f"need a real RabbitMQ there ({hint})")
+    missing(message)
+
+
+def missing(message: str) -> None:
+    """Something a test needs from the machine is not there: skip locally,
+    fail under CI (which installs it)."""
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
