@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
-
 from .conftest import missing
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -100,10 +98,3 @@ class Console:
         """Wait until the column holds exactly `wanted` (in order)."""
         self.until(lambda: self.column(table_id, title) == wanted,
                    f"{table_id}.{title} never became {wanted}")
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    driver = start_chromium()
-    yield driver
-    driver.quit()

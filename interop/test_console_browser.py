@@ -15,7 +15,7 @@ from pika.exceptions import AMQPConnectionError
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .browser import Console, chromium  # noqa: F401  (the fixture)
+from .browser import Console, start_chromium
 from .test_access import ctl
 from .test_management import http
 from .test_workbench_api import count, wait_get_noack
@@ -24,8 +24,15 @@ from .waiting import wait_for
 PW = "pw"
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    driver = start_chromium()
+    yield driver
+    driver.quit()
+
+
 @pytest.fixture
-def console(broker, chromium):  # noqa: F811
+def console(broker, chromium):
     return Console(chromium, broker.management_url)
 
 
@@ -270,7 +277,7 @@ def test_policies_are_set_with_their_validation_errors_shown_and_cleared(broker,
     assert http(broker, "GET", "/api/policies")[1] == []
 
 
-def test_overview_shows_alarms_and_dead_letters_per_minute_live(chromium):  # noqa: F811
+def test_overview_shows_alarms_and_dead_letters_per_minute_live(chromium):
     config = BrokerConfig(port=0, management_port=0, vm_memory_high_watermark_absolute=1)
     with BrokerThread(config) as broker:
         console = Console(chromium, broker.management_url)

@@ -4,10 +4,10 @@ broker with pika publishing, rejecting and observing."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pika
-import pytest
 
 from amqp_server.testing import BrokerThread
 
@@ -59,6 +59,19 @@ def wait_get_noack(channel, queue):
             return method, props, body
         time.sleep(0.02)
     raise AssertionError(f"nothing in {queue}")
+
+
+@contextlib.contextmanager
+def another_broker(queue: str):
+    """A second broker with `queue` declared: (broker, a channel to it, its URI)."""
+    with BrokerThread() as other:
+        connection = pika.BlockingConnection(pika.URLParameters(other.url))
+        try:
+            channel = connection.channel()
+            channel.queue_declare(queue)
+            yield other, channel, f"amqp://guest:guest@127.0.0.1:{other.port}/%2F"
+        finally:
+            connection.close()
 
 
 def count(channel, queue: str) -> int:
@@ -246,31 +259,24 @@ def test_queues_are_marked_as_holding_dead_letters(broker, channel):
 
 def test_move_to_another_broker_by_amqp_uri_keeps_every_header(broker, channel):
     dead_letters(channel, [b"travels", b"stays"])
-    with BrokerThread() as other:
-        remote = pika.BlockingConnection(pika.URLParameters(other.url))
-        try:
-            remote_channel = remote.channel()
-            remote_channel.queue_declare("landing")
-            uri = f"amqp://guest:guest@127.0.0.1:{other.port}/%2F"
-            status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
-                                   {"filter": {"body": "travels"}, "exchange": "",
-                                    "routing_key": "landing", "uri": uri})
-            assert status == 202
-            task = wait_task(broker, started["task"])
-            assert (task["state"], task["moved"]) == ("completed", 1)
-            assert task["target"]["uri"] == f"amqp://guest@127.0.0.1:{other.port}/%2F"
-            _method, props, body = wait_get(remote_channel, "landing")
-            assert body == b"travels" and props.message_id == "m-0"
-            assert props.headers["x-death"][0]["queue"] == "work"
-            assert props.headers["x-first-death-exchange"] == "shop"
-            # Routed nowhere over there: it stays here.
-            started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
-                           {"filter": {}, "exchange": "", "routing_key": "absent",
-                            "uri": uri})[1]
-            task = wait_task(broker, started["task"])
-            assert (task["moved"], task["failed"]) == (0, 1)
-        finally:
-            remote.close()
+    with another_broker("landing") as (other, remote_channel, uri):
+        status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                               {"filter": {"body": "travels"}, "exchange": "",
+                                "routing_key": "landing", "uri": uri})
+        assert status == 202
+        task = wait_task(broker, started["task"])
+        assert (task["state"], task["moved"]) == ("completed", 1)
+        assert task["target"]["uri"] == f"amqp://guest@127.0.0.1:{other.port}/%2F"
+        _method, props, body = wait_get(remote_channel, "landing")
+        assert body == b"travels" and props.message_id == "m-0"
+        assert props.headers["x-death"][0]["queue"] == "work"
+        assert props.headers["x-first-death-exchange"] == "shop"
+        # Routed nowhere over there: it stays here.
+        started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                       {"filter": {}, "exchange": "", "routing_key": "absent",
+                        "uri": uri})[1]
+        task = wait_task(broker, started["task"])
+        assert (task["moved"], task["failed"]) == (0, 1)
     assert count(channel, "work.dlq") == 1
     # A broker that is not there: the task fails and nothing moves.
     started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",

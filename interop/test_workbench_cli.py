@@ -7,12 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-import pika
-
-from amqp_server.testing import BrokerThread
-
 from .test_management import amqpctl
-from .test_workbench_api import count, dead_letters
+from .test_workbench_api import another_broker, count, dead_letters
 from .waiting import wait_get
 
 
@@ -78,18 +74,11 @@ def test_move_messages_here_and_to_another_broker_then_delete(broker, channel, c
     channel.queue_declare("parking")
     assert amqpctl(broker, "move_messages", "work.dlq", "", "parking", "--body", "local") == 0
     assert wait_get(channel, "parking")[2] == b"local"
-    with BrokerThread() as other:
-        connection = pika.BlockingConnection(pika.URLParameters(other.url))
-        try:
-            remote = connection.channel()
-            remote.queue_declare("landing")
-            uri = f"amqp://guest:guest@127.0.0.1:{other.port}/%2F"
-            assert amqpctl(broker, "move_messages", "work.dlq", "", "landing", "--to-uri", uri,
-                           "--body", "remote") == 0
-            _method, props, body = wait_get(remote, "landing")
-            assert body == b"remote" and props.headers["x-first-death-queue"] == "work"
-        finally:
-            connection.close()
+    with another_broker("landing") as (_other, remote, uri):
+        assert amqpctl(broker, "move_messages", "work.dlq", "", "landing", "--to-uri", uri,
+                       "--body", "remote") == 0
+        _method, props, body = wait_get(remote, "landing")
+        assert body == b"remote" and props.headers["x-first-death-queue"] == "work"
     capsys.readouterr()
     assert amqpctl(broker, "move_messages", "work.dlq", "", "x", "--to-uri",
                    "amqp://127.0.0.1:1/") == 69

@@ -29,7 +29,9 @@ from .requests import (
     access_control,
     changing_vhost,
     grant_in,
+    listed_vhosts as _vhosts,
     read_body as _body,
+    readable_queue,
     require_admin,
     visible_vhost,
 )
@@ -153,16 +155,6 @@ def _listing(request: web.Request, items: list[dict]) -> web.Response:
     return web.json_response(items)
 
 
-def _vhosts(request: web.Request) -> list:
-    """The vhosts a listing covers: the one in the path, or every vhost the
-    user may see."""
-    broker = request.app[BROKER]
-    if "vhost" in request.match_info:
-        return [visible_vhost(request)]
-    names = access_control(request).visible_vhosts(request[USER_KEY])
-    return [broker.vhosts[name] for name in names]
-
-
 def _own(request: web.Request, connection) -> bool:
     """Connections, channels and consumers the user may see."""
     return access_control(request).sees_owned(request[USER_KEY], _owner(connection))
@@ -279,12 +271,7 @@ async def purge_queue(request: web.Request) -> web.Response:
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    # basic.get's order: read permission on the name, then the queue (404).
-    vhost = changing_vhost(request)
-    name = request.match_info["name"]
-    grant_in(request, vhost).check(READ, "queue", name)
-    queue = vhost.queue(name)
-    vhost.check_exclusive_access(queue, None)
+    _vhost, queue = readable_queue(request)
     body = await _body(request)
     try:
         got = messages.get(queue, integer(body, "count", 1), body.get("ackmode", "ack_requeue_true"),

@@ -7,6 +7,8 @@ import json
 
 from aiohttp import web
 
+from ..broker.permissions import READ
+
 # aiohttp >= 3.12 wants typed request keys; older ones take a string.
 USER_KEY = web.RequestKey("user", object) if hasattr(web, "RequestKey") else "user"
 BROKER = web.AppKey("broker", object)
@@ -55,3 +57,24 @@ def changing_vhost(request: web.Request):
 def grant_in(request: web.Request, vhost):
     """The user's grant in `vhost`: the checks an AMQP channel would make."""
     return access_control(request).grant(request[USER_KEY], vhost.name)
+
+
+def listed_vhosts(request: web.Request) -> list:
+    """The vhosts a listing covers: the one in the path, or every vhost the
+    user may see."""
+    if "vhost" in request.match_info:
+        return [visible_vhost(request)]
+    names = access_control(request).visible_vhosts(request[USER_KEY])
+    vhosts = request.app[BROKER].vhosts
+    return [vhosts[name] for name in names]
+
+
+def readable_queue(request: web.Request):
+    """(vhost, queue) in the path, for reading its messages: basic.get's
+    checks (read permission on the name, then 404, then exclusivity)."""
+    vhost = changing_vhost(request)
+    name = request.match_info["name"]
+    grant_in(request, vhost).check(READ, "queue", name)
+    queue = vhost.queue(name)
+    vhost.check_exclusive_access(queue, None)
+    return vhost, queue

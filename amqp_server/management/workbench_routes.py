@@ -22,7 +22,7 @@ from aiohttp import web
 
 from dlx.redrive import parse_filter
 
-from ..broker.permissions import CONFIGURE, READ
+from ..broker.permissions import CONFIGURE
 from ..remote_publisher import parse_uri
 from . import workbench
 from .requests import (
@@ -32,8 +32,9 @@ from .requests import (
     access_control,
     changing_vhost,
     grant_in,
+    listed_vhosts,
     read_body,
-    visible_vhost,
+    readable_queue,
 )
 from .tasks import DEFAULT_RATE, DELETE, MOVE, REDRIVE, LocalTarget, RemoteTarget, TaskRegistry
 
@@ -65,11 +66,7 @@ def _filter(given: dict):
 
 async def dead_letter_queues(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
-    if "vhost" in request.match_info:
-        vhosts = [visible_vhost(request)]
-    else:
-        names = access_control(request).visible_vhosts(request[USER_KEY])
-        vhosts = [broker.vhosts[name] for name in names]
+    vhosts = listed_vhosts(request)
     marks = request.app[MARKS]
     found = []
     for vhost in vhosts:
@@ -89,19 +86,8 @@ async def mark(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def _readable_queue(request: web.Request):
-    """The queue in the path, for reading its messages: basic.get's checks
-    (read on the name, then 404, then exclusivity)."""
-    vhost = changing_vhost(request)
-    name = request.match_info["name"]
-    grant_in(request, vhost).check(READ, "queue", name)
-    queue = vhost.queue(name)
-    vhost.check_exclusive_access(queue, None)
-    return vhost, queue
-
-
 async def messages(request: web.Request) -> web.Response:
-    vhost, queue = _readable_queue(request)
+    vhost, queue = readable_queue(request)
     query = dict(request.query)
     offset = _number(query.pop("offset", None), "offset", 0)
     limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
@@ -168,7 +154,7 @@ def _started(request: web.Request, kind: str, vhost, queue, seqs, missing, rate,
 
 
 async def redrive(request: web.Request) -> web.Response:
-    vhost, queue = _readable_queue(request)
+    vhost, queue = readable_queue(request)
     body = await read_body(request)
     seqs, missing = _chosen(request, queue, body)
     target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
@@ -177,7 +163,7 @@ async def redrive(request: web.Request) -> web.Response:
 
 
 async def move(request: web.Request) -> web.Response:
-    vhost, queue = _readable_queue(request)
+    vhost, queue = readable_queue(request)
     body = await read_body(request)
     exchange = body.get("exchange")
     if not isinstance(exchange, str):
@@ -206,7 +192,7 @@ async def move(request: web.Request) -> web.Response:
 
 
 async def delete_messages(request: web.Request) -> web.Response:
-    vhost, queue = _readable_queue(request)
+    vhost, queue = readable_queue(request)
     body = await read_body(request)
     seqs, missing = _chosen(request, queue, body)
     return _started(request, DELETE, vhost, queue, seqs, missing, _rate(body), None, {})
