@@ -46,13 +46,17 @@ class Console:
         self.by = By
         self.wait = WebDriverWait(driver, WAIT)
 
-    def login(self, user: str, password: str) -> None:
+    def login(self, user: str, password: str, refused: bool = False) -> None:
+        """Log in (and wait until the console says who is in, unless the
+        login is to be `refused`)."""
         self.driver.get(self.base + "/")
         self.driver.execute_script("sessionStorage.clear()")
         self.driver.get(self.base + "/?login")
         self.type("login-username", user)
         self.type("login-password", password)
         self.find("login-submit").click()
+        if not refused:
+            self.logged_in_as(user)
 
     def logged_in_as(self, user: str) -> None:
         self.until(lambda: self.find("who").text.startswith(user + " "))
@@ -61,7 +65,9 @@ class Console:
         self.driver.get(f"{self.base}/?view#/{view}")
 
     def find(self, element_id: str):
-        return self.driver.find_element(self.by.ID, element_id)
+        """The element, once the page has drawn it (bounded wait)."""
+        return self.wait.until(lambda driver: driver.find_element(self.by.ID, element_id),
+                               f"no #{element_id}")
 
     def css(self, selector: str, root=None):
         return (root or self.driver).find_elements(self.by.CSS_SELECTOR, selector)

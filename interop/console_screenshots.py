@@ -24,7 +24,6 @@ def main(out: str) -> None:
         try:
             console = Console(driver, broker.management_url)
             console.login("guest", "guest")
-            console.logged_in_as("guest")
             console.open("queues")
             console.until(lambda: "orders.dlq" in (console.column("queues", "Name") or ()))
             driver.save_screenshot(str(folder / "console-queues.png"))
