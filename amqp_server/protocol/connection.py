@@ -440,6 +440,7 @@ class Connection:
                     f"number of channels opened ({len(self.channels)}) has reached the "
                     f"negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
+            self.broker.counters.channels_opened += 1
             self._send_method(number, make(spec.Channel.OpenOk))
             return
         if isinstance(method, spec.Channel.CloseOk):
@@ -633,6 +634,7 @@ class Connection:
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)
+        self.broker.counters.connections_opened += 1
         self._send_method(0, make(spec.Connection.OpenOk))
 
     # ---- heartbeats and shutdown ---------------------------------------
