@@ -37,6 +37,7 @@ def channel(connection):
 
 
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+RABBITMQ_PROMETHEUS_URL = os.environ.get("RABBITMQ_PROMETHEUS_URL", "http://127.0.0.1:15692")
 MISSING_HINT = ("install and start Debian's rabbitmq-server (`apt-get install -y "
                 "rabbitmq-server`, `rabbitmq-server -detached`, as .ci/run does)")
 
@@ -98,3 +99,25 @@ def rabbitmq_management_url(rabbitmq_url):
                      "enable its management plugin: `rabbitmq-plugins enable "
                      "rabbitmq_management`, as .ci/run does")
     return RABBITMQ_MANAGEMENT_URL
+
+
+def prometheus_product(url: str) -> str | None:
+    """"RabbitMQ" when the exporter at `url` is RabbitMQ's plugin: its build
+    info names an Erlang release (this broker's, on the same port, does not)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except (OSError, ValueError):
+        return None
+    build = [line for line in text.splitlines() if line.startswith("rabbitmq_build_info{")]
+    if build and "erlang_version=" in build[0]:
+        return "RabbitMQ"
+    return "another exporter"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_prometheus_url(rabbitmq_url):
+    require_rabbitmq(prometheus_product(RABBITMQ_PROMETHEUS_URL), RABBITMQ_PROMETHEUS_URL,
+                     "enable its Prometheus plugin: `rabbitmq-plugins enable "
+                     "rabbitmq_prometheus`, as .ci/run does")
+    return RABBITMQ_PROMETHEUS_URL

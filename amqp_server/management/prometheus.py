@@ -443,9 +443,11 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
     per_object = view == "per-object"
     core = [metric for family, make in PER_OBJECT_FAMILIES.items()
             if family != "queue_consumer_count" for metric in make(broker)]
+    # RabbitMQ registers its alarm collector for /metrics only.
+    alarms = [] if per_object else alarm_metrics(broker)
     lines = _text(PREFIX, connection_churn_metrics(broker) + node_metrics(broker)
                   + (core if per_object else _aggregate(core)) + totals(broker)
-                  + identity(broker) + alarm_metrics(broker) + global_metrics(broker))
+                  + identity(broker) + alarms + global_metrics(broker))
     lines += _text(OWN_PREFIX, dead_letter_metrics(broker) if per_object
                    else _dead_letters_aggregated(broker))
     return "\n".join(lines) + "\n"
