@@ -55,6 +55,9 @@ class AMQPProtocol(asyncio.Protocol):
         local = transport.get_extra_info("sockname") or ("127.0.0.1", 0)
         # RabbitMQ's connection name, also the management API's key for it.
         self.conn.name = f"{host}:{peer[1]} -> {local[0]}:{local[1]}"
+        self.conn.peer_port = peer[1]
+        self.conn.local_host, self.conn.local_port = local[0], local[1]
+        self.conn.tls = transport.get_extra_info("sslcontext") is not None
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self.server.protocols.add(self)
         self._timers["handshake"] = self.loop.call_later(
