@@ -93,12 +93,16 @@ def rabbitmq_url():
     return RABBITMQ_URL
 
 
+def require_plugin(product, url: str, plugin: str) -> str:
+    """`url` once the reference answers there through its `plugin`."""
+    require_rabbitmq(product(url), url, f"enable its {plugin} plugin: `rabbitmq-plugins "
+                                        f"enable {plugin}`, as .ci/run does")
+    return url
+
+
 @pytest.fixture(scope="session")
 def rabbitmq_management_url(rabbitmq_url):
-    require_rabbitmq(management_product(RABBITMQ_MANAGEMENT_URL), RABBITMQ_MANAGEMENT_URL,
-                     "enable its management plugin: `rabbitmq-plugins enable "
-                     "rabbitmq_management`, as .ci/run does")
-    return RABBITMQ_MANAGEMENT_URL
+    return require_plugin(management_product, RABBITMQ_MANAGEMENT_URL, "rabbitmq_management")
 
 
 def prometheus_product(url: str) -> str | None:
@@ -117,7 +121,4 @@ def prometheus_product(url: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def rabbitmq_prometheus_url(rabbitmq_url):
-    require_rabbitmq(prometheus_product(RABBITMQ_PROMETHEUS_URL), RABBITMQ_PROMETHEUS_URL,
-                     "enable its Prometheus plugin: `rabbitmq-plugins enable "
-                     "rabbitmq_prometheus`, as .ci/run does")
-    return RABBITMQ_PROMETHEUS_URL
+    return require_plugin(prometheus_product, RABBITMQ_PROMETHEUS_URL, "rabbitmq_prometheus")

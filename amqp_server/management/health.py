@@ -18,14 +18,7 @@ from aiohttp import web
 from ..broker.permissions import READ
 from . import messages
 from .node import node_json
-from .requests import (
-    BROKER,
-    USER_KEY,
-    BadRequest,
-    access_control,
-    changing_vhost,
-    grant_in,
-)
+from .requests import BROKER, USER_KEY, BadRequest, access_control, changing_vhost, grant_in
 from .shapes import NODE
 
 LISTENERS = web.AppKey("listeners", object)  # () -> [{"protocol", "port", ...}]

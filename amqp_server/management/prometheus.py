@@ -299,18 +299,14 @@ def global_metrics(broker) -> list[Metric]:
          "Total number of messages confirmed to publishers", [(PROTOCOL, c.confirmed)]),
         ("global_messages_delivered_total", "counter",
          "Total number of messages delivered to consumers", by_type(delivered)),
-        ("global_messages_delivered_consume_manual_ack_total", "counter",
-         "Total number of messages delivered to consumers using basic.consume with manual "
-         "acknowledgment", by_type(c.consumed_manual_ack)),
-        ("global_messages_delivered_consume_auto_ack_total", "counter",
-         "Total number of messages delivered to consumers using basic.consume with automatic "
-         "acknowledgment", by_type(c.consumed_auto_ack)),
-        ("global_messages_delivered_get_manual_ack_total", "counter",
-         "Total number of messages delivered to consumers using basic.get with manual "
-         "acknowledgment", by_type(c.got_manual_ack)),
-        ("global_messages_delivered_get_auto_ack_total", "counter",
-         "Total number of messages delivered to consumers using basic.get with automatic "
-         "acknowledgment", by_type(c.got_auto_ack)),
+        *((f"global_messages_delivered_{method}_{mode}_ack_total", "counter",
+           f"Total number of messages delivered to consumers using basic.{method} with "
+           f"{mode_text} acknowledgment", by_type(count))
+          for method, mode, mode_text, count in (
+              ("consume", "manual", "manual", c.consumed_manual_ack),
+              ("consume", "auto", "automatic", c.consumed_auto_ack),
+              ("get", "manual", "manual", c.got_manual_ack),
+              ("get", "auto", "automatic", c.got_auto_ack))),
         ("global_messages_get_empty_total", "counter",
          "Total number of times basic.get operations fetched no message", by_type(c.get_empty)),
         ("global_messages_redelivered_total", "counter",
