@@ -28,6 +28,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--management-port", type=int,
                         help="management HTTP API port (default 15672; 0 picks a free one, "
                              "-1 turns it off)")
+    parser.add_argument("--prometheus-port", type=int,
+                        help="Prometheus metrics port (default 15692; 0 picks a free one, "
+                             "-1 turns it off)")
     parser.add_argument("--data-dir", help="where durable data lives (default ./amqp-data)")
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
@@ -45,6 +48,9 @@ async def serve(config: BrokerConfig) -> None:
     if server.management is not None:
         print(f"management API on http://{server.host}:{server.management.port}/api/",
               flush=True)
+    if server.prometheus is not None:
+        print(f"Prometheus metrics on http://{server.host}:{server.prometheus.port}/metrics",
+              flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -59,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = BrokerConfig.load(args.config, host=args.host, port=args.port,
                                    management_port=args.management_port,
+                                   prometheus_port=args.prometheus_port,
                                    data_dir=args.data_dir, log_level=args.log_level)
     except ConfigError as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
@@ -66,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= config.port <= 65535:
         print(f"amqp-server: --port must be 0-65535, got {config.port}", file=sys.stderr)
         return 2
-    if config.management_port > 65535:
-        print(f"amqp-server: --management-port must be at most 65535, got "
-              f"{config.management_port}", file=sys.stderr)
-        return 2
+    for flag, port in (("--management-port", config.management_port),
+                       ("--prometheus-port", config.prometheus_port)):
+        if port > 65535:
+            print(f"amqp-server: {flag} must be at most 65535, got {port}", file=sys.stderr)
+            return 2
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop = new_event_loop()

@@ -22,6 +22,9 @@ class BrokerConfig:
     # Management HTTP API (RabbitMQ's default port); 0 picks a free port,
     # a negative number turns it off.
     management_port: int = 15672
+    # Prometheus metrics (RabbitMQ's rabbitmq_prometheus port), on the
+    # management host; 0 picks a free port, a negative number turns it off.
+    prometheus_port: int = 15692
     data_dir: str = "./amqp-data"
     log_level: str = "info"
     default_vhost: str = "/"

@@ -61,8 +61,9 @@ class EmbeddedBroker:
     `host`, `port`, `management_port` and `data_dir` replace those keys of
     the config: port 0 picks a free port; `management_port` None picks a
     free one too unless the config turns the API off (a negative port),
-    -1 turns it off.  Without `data_dir` the broker keeps its state in a new
-    temporary directory, removed at stop.
+    -1 turns it off.  The Prometheus listener likewise gets a free port
+    unless the config turns it off.  Without `data_dir` the broker keeps its
+    state in a new temporary directory, removed at stop.
 
     The inspection helpers (`queue_depth`, `peek`, ...) read the broker's
     objects directly: call them from the loop's own thread.
@@ -78,8 +79,12 @@ class EmbeddedBroker:
             tempfile.mkdtemp(prefix="amqp-server-")
         if management_port is None:
             management_port = 0 if config.management_port >= 0 else -1
+        # Never RabbitMQ's fixed 15692: brokers in one process or on one
+        # machine (tests) must not collide.
+        prometheus_port = 0 if config.prometheus_port >= 0 else -1
         self.config = dataclasses.replace(config, host=host, port=port, data_dir=self.data_dir,
-                                          management_port=management_port)
+                                          management_port=management_port,
+                                          prometheus_port=prometheus_port)
         self.broker = Broker(self.config)
         self.server = Server(self.broker, host=host, port=port)
         self.stop_grace = stop_grace
@@ -166,6 +171,13 @@ class EmbeddedBroker:
     def management_url(self) -> str:
         """http://host:port of the management API (its paths start /api/)."""
         return f"http://{_connect_host(self.host)}:{self.management_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        """http://host:port of the Prometheus listener (its paths start /metrics)."""
+        if self.server.prometheus is None:
+            raise RuntimeError("the Prometheus listener is off (prometheus_port=-1)")
+        return f"http://{_connect_host(self.host)}:{self.server.prometheus.port}"
 
     # ---- inspection and set-up (on the loop's thread) -------------------
 

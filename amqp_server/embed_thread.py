@@ -88,6 +88,10 @@ class BrokerThread:
     def management_url(self) -> str:
         return self.embedded.management_url
 
+    @property
+    def prometheus_url(self) -> str:
+        return self.embedded.prometheus_url
+
     # ---- lifecycle -----------------------------------------------------
 
     def _run(self) -> None:

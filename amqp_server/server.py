@@ -20,6 +20,7 @@ from .broker.broker import Broker
 from .config import ConfigError
 from .errors import CONNECTION_FORCED
 from .management.api import ManagementServer
+from .management.prometheus_listener import PrometheusServer
 from .protocol.connection import CLOSING, OPEN, Connection
 
 log = logging.getLogger("amqp_server")
@@ -54,6 +55,9 @@ class AMQPProtocol(asyncio.Protocol):
         local = transport.get_extra_info("sockname") or ("127.0.0.1", 0)
         # RabbitMQ's connection name, also the management API's key for it.
         self.conn.name = f"{host}:{peer[1]} -> {local[0]}:{local[1]}"
+        self.conn.peer_port = peer[1]
+        self.conn.local_host, self.conn.local_port = local[0], local[1]
+        self.conn.tls = transport.get_extra_info("sslcontext") is not None
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         self.server.protocols.add(self)
         self._timers["handshake"] = self.loop.call_later(
@@ -244,6 +248,7 @@ class Server:
         self._ack_deadlines = None
         self._address_scan = None
         self.management: ManagementServer | None = None
+        self.prometheus: PrometheusServer | None = None
         self._storage_closed = False
 
     async def start(self) -> None:
@@ -289,11 +294,28 @@ class Server:
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
             log.info("AMQP 0-9-1 over TLS listening on %s:%d", self.host, self.tls_port)
         if broker.config.management_port >= 0:
-            self.management = ManagementServer(broker, self.host, broker.config.management_port)
+            self.management = ManagementServer(broker, self.host, broker.config.management_port,
+                                               self.listeners)
             with listening("management", self.host, broker.config.management_port):
                 await self.management.start()
             log.info("management HTTP API listening on %s:%d", self.host,
                      self.management.port)
+        if broker.config.prometheus_port >= 0:
+            self.prometheus = PrometheusServer(broker, self.host, broker.config.prometheus_port)
+            with listening("Prometheus", self.host, broker.config.prometheus_port):
+                await self.prometheus.start()
+            log.info("Prometheus metrics listening on %s:%d", self.host, self.prometheus.port)
+
+    def listeners(self) -> list[dict]:
+        """The active listeners, as RabbitMQ lists them (overview, status,
+        the port-listener health check)."""
+        active = [("amqp", self.port, self._server is not None),
+                  ("amqp/ssl", self.tls_port, self._tls_server is not None),
+                  ("http", self.management and self.management.port, self.management),
+                  ("http/prometheus", self.prometheus and self.prometheus.port,
+                   self.prometheus)]
+        return [{"protocol": protocol, "port": port, "ip_address": self.host}
+                for protocol, port, running in active if running]
 
     @property
     def tls_listening(self) -> bool:
@@ -312,8 +334,9 @@ class Server:
                       self._address_scan):
             if timer is not None:
                 timer.cancel()
-        if self.management is not None:
-            await self.management.stop()
+        for http in (self.management, self.prometheus):
+            if http is not None:
+                await http.stop()
         for protocol in list(self.protocols):
             protocol.conn.shutdown(CONNECTION_FORCED,
                                    "broker forced connection closure with reason 'shutdown'")
@@ -344,8 +367,9 @@ class Server:
                 listener.close()
         broker = self.broker
         try:
-            if self.management is not None:
-                await self.management.stop()
+            for http in (self.management, self.prometheus):
+                if http is not None:
+                    await http.stop()
             if broker.store is not None:
                 await broker.store.shutdown()
             if broker.journal is not None:

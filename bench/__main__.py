@@ -25,7 +25,7 @@ from .registry import SCENARIOS
 def start_our_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-         "--data-dir", data_dir, "--log-level", "warning"],
+         "--prometheus-port", "-1", "--data-dir", data_dir, "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:

@@ -37,6 +37,7 @@ def channel(connection):
 
 
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+RABBITMQ_PROMETHEUS_URL = os.environ.get("RABBITMQ_PROMETHEUS_URL", "http://127.0.0.1:15692")
 MISSING_HINT = ("install and start Debian's rabbitmq-server (`apt-get install -y "
                 "rabbitmq-server`, `rabbitmq-server -detached`, as .ci/run does)")
 
@@ -98,9 +99,32 @@ def rabbitmq_url():
     return RABBITMQ_URL
 
 
+def require_plugin(product, url: str, plugin: str) -> str:
+    """`url` once the reference answers there through its `plugin`."""
+    require_rabbitmq(product(url), url, f"enable its {plugin} plugin: `rabbitmq-plugins "
+                                        f"enable {plugin}`, as .ci/run does")
+    return url
+
+
 @pytest.fixture(scope="session")
 def rabbitmq_management_url(rabbitmq_url):
-    require_rabbitmq(management_product(RABBITMQ_MANAGEMENT_URL), RABBITMQ_MANAGEMENT_URL,
-                     "enable its management plugin: `rabbitmq-plugins enable "
-                     "rabbitmq_management`, as .ci/run does")
-    return RABBITMQ_MANAGEMENT_URL
+    return require_plugin(management_product, RABBITMQ_MANAGEMENT_URL, "rabbitmq_management")
+
+
+def prometheus_product(url: str) -> str | None:
+    """"RabbitMQ" when the exporter at `url` is RabbitMQ's plugin: its build
+    info names an Erlang release (this broker's, on the same port, does not)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except (OSError, ValueError):
+        return None
+    build = [line for line in text.splitlines() if line.startswith("rabbitmq_build_info{")]
+    if build and "erlang_version=" in build[0]:
+        return "RabbitMQ"
+    return "another exporter"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_prometheus_url(rabbitmq_url):
+    return require_plugin(prometheus_product, RABBITMQ_PROMETHEUS_URL, "rabbitmq_prometheus")

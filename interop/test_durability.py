@@ -26,7 +26,7 @@ class BrokerProcess:
         extra = ["--config", config] if config else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-             "--data-dir", data_dir, "--log-level", "warning", *extra],
+             "--prometheus-port", "-1", "--data-dir", data_dir, "--log-level", "warning", *extra],
             stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert "listening on" in line, line

@@ -17,6 +17,8 @@ from amqp_server.cli import main
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
+from .test_management import call
+
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
@@ -64,6 +66,10 @@ def test_pika_over_tls_beside_plain_amqp(pki):
         conn.channel().basic_publish("", "secure", b"crosses listeners")
         plain = pika.BlockingConnection(pika.URLParameters(broker.url))
         assert plain.channel().basic_get("secure", auto_ack=True)[2] == b"crosses listeners"
+        # Each connection's transport and listening port, as list_connections shows them.
+        listed = sorted((c["port"], c["ssl"]) for c in
+                        call(broker.management_url, "GET", "/api/connections")[1])
+        assert listed == sorted([(broker.port, False), (broker.tls_port, True)])
         plain.close()
         conn.close()
 

@@ -3,18 +3,19 @@
     amqpctl set_policy [--priority N] [--apply-to T] NAME PATTERN DEFINITION [-p VHOST]
     amqpctl list_queues [-p VHOST] [name messages policy ...]
 
-Connection options come before the verb (or from AMQPCTL_HOST, AMQPCTL_PORT,
-AMQPCTL_USERNAME, AMQPCTL_PASSWORD); the vhost, --formatter and --quiet may
-come after it, as rabbitmqctl takes them.  Output is tab-separated with a
-header row, or JSON with --formatter json.  Failures print one line to
-stderr and exit with rabbitmqctl's codes (64 usage, 65 bad data, 69 broker
-unreachable, 77 access refused).
+Global options (--host, --port, --username/--user, --password, -p/--vhost,
+--formatter, -q/--quiet) go before or after the verb; connection options
+default to AMQPCTL_HOST, AMQPCTL_PORT, AMQPCTL_USERNAME, AMQPCTL_PASSWORD.
+Output is tab-separated with a header row, or JSON with --formatter json.
+Failures print one line to stderr and exit with rabbitmqctl's codes (64
+usage, 65 bad data, 69 broker unreachable, 77 access refused).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import os
 import sys
@@ -22,8 +23,23 @@ import urllib.error
 import urllib.request
 from urllib.parse import quote
 
+from . import ctl_runtime
+
 EX_USAGE, EX_DATAERR, EX_UNAVAILABLE, EX_NOPERM = 64, 65, 69, 77
 
+# What each listing can show: the keys the management API fills in its rows.
+VALID_COLUMNS = {
+    "queues": ("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type",
+               "state", "messages", "messages_ready", "messages_unacknowledged",
+               "messages_delayed", "message_bytes_ready", "messages_ram", "messages_paged_out",
+               "message_bytes_paged_out", "consumers", "single_active_consumer_tag", "policy",
+               "operator_policy", "effective_policy_definition", "dead_lettered",
+               "dead_letter_dropped", "expired", "rejected_publishes", "dead_letter_held"),
+    "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments",
+                  "policy"),
+    "bindings": ("source_name", "source_kind", "destination_name", "destination_kind",
+                 "routing_key", "arguments", "properties_key", "vhost"),
+}
 DEFAULT_COLUMNS = {
     "queues": ["name", "messages"],
     "exchanges": ["name", "type"],
@@ -34,9 +50,10 @@ DEFAULT_COLUMNS = {
 
 
 class CtlError(Exception):
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, path: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.path = path  # the API path that answered 404, for a clearer message
 
 
 class Api:
@@ -45,9 +62,9 @@ class Api:
         token = base64.b64encode(f"{username}:{password}".encode()).decode()
         self.headers = {"Authorization": f"Basic {token}"}
 
-    def call(self, method: str, path: str, body=None):
+    def call(self, method: str, path: str, body=None, headers: dict | None = None):
         data = json.dumps(body).encode() if body is not None else None
-        headers = dict(self.headers)
+        headers = {**self.headers, **(headers or {})}
         if data is not None:
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(self.base + path, data=data, method=method,
@@ -56,17 +73,44 @@ class Api:
             with urllib.request.urlopen(request, timeout=30) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
-            raise _http_error(exc) from None
+            raw = exc.read()
+            if exc.code == 404 and not _is_json(raw):
+                # The management API's 404s are JSON; another server's are not.
+                raise self._not_management("it has no such API (a 404 without JSON)") from None
+            error = _http_error(exc, raw)
+            error.path = path
+            raise error from None
+        except (http.client.HTTPException, ConnectionResetError) as exc:
+            # Something listens there but does not speak HTTP: most often
+            # --port names the AMQP port, which answers with its protocol header.
+            why = ("it speaks AMQP, not HTTP: that is the AMQP port" if "AMQP" in str(exc)
+                   else f"it does not answer HTTP ({exc!r})")
+            raise self._not_management(why) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise CtlError(f"unable to reach the management API at {self.base}: {reason}",
                            EX_UNAVAILABLE) from None
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise self._not_management("it answers something other than JSON") from None
+
+    def _not_management(self, why: str) -> CtlError:
+        return CtlError(f"{self.base} is not a management API: {why}; --port must name "
+                        "the management port (15672 by default)", EX_UNAVAILABLE)
 
 
-def _http_error(exc: urllib.error.HTTPError) -> CtlError:
+def _is_json(raw: bytes) -> bool:
     try:
-        body = json.loads(exc.read())
+        json.loads(raw)
+    except ValueError:
+        return False
+    return True
+
+
+def _http_error(exc: urllib.error.HTTPError, raw: bytes) -> CtlError:
+    try:
+        body = json.loads(raw)
         error, reason = body.get("error"), body.get("reason", exc.reason)
     except (ValueError, AttributeError):
         error, reason = None, exc.reason
@@ -84,6 +128,16 @@ def _http_error(exc: urllib.error.HTTPError) -> CtlError:
 
 def _vhost_path(vhost: str) -> str:
     return quote(vhost, safe="")
+
+
+def _columns(args, valid: tuple[str, ...], default: list[str]) -> list[str]:
+    """The columns asked for, refused as rabbitmqctl refuses an unknown info
+    key: before anything is asked of the broker, with the valid ones."""
+    unknown = [column for column in args.columns if column not in valid]
+    if unknown:
+        raise CtlError(f"{args.verb}: unknown column(s) {', '.join(unknown)}; "
+                       f"valid columns: {', '.join(sorted(valid))}", EX_USAGE)
+    return args.columns or default
 
 
 # ---- verbs -----------------------------------------------------------------
@@ -121,23 +175,26 @@ def list_policies(api: Api, args, operator: bool = False) -> None:
 
 
 def list_queues(api: Api, args) -> None:
+    columns = _columns(args, VALID_COLUMNS["queues"], DEFAULT_COLUMNS["queues"])
     _say(args, f"Listing queues for vhost {args.vhost} ...")
     rows = api.call("GET", f"/queues/{_vhost_path(args.vhost)}")
-    _table(args, args.columns or DEFAULT_COLUMNS["queues"], rows)
+    _table(args, columns, rows)
 
 
 def list_exchanges(api: Api, args) -> None:
+    columns = _columns(args, VALID_COLUMNS["exchanges"], DEFAULT_COLUMNS["exchanges"])
     _say(args, f"Listing exchanges for vhost {args.vhost} ...")
     rows = api.call("GET", f"/exchanges/{_vhost_path(args.vhost)}")
-    _table(args, args.columns or DEFAULT_COLUMNS["exchanges"], rows)
+    _table(args, columns, rows)
 
 
 def list_bindings(api: Api, args) -> None:
+    columns = _columns(args, VALID_COLUMNS["bindings"], DEFAULT_COLUMNS["bindings"])
     _say(args, f"Listing bindings for vhost {args.vhost}...")
     rows = [{"source_name": b["source"], "source_kind": "exchange",
              "destination_name": b["destination"], "destination_kind": b["destination_type"],
              **b} for b in api.call("GET", f"/bindings/{_vhost_path(args.vhost)}")]
-    _table(args, args.columns or DEFAULT_COLUMNS["bindings"], rows)
+    _table(args, columns, rows)
 
 
 def purge_queue(api: Api, args) -> None:
@@ -320,19 +377,49 @@ def _table(args, columns: list[str], rows: list[dict]) -> None:
 
 # ---- parsing ----------------------------------------------------------------
 
-def _parser() -> argparse.ArgumentParser:
+def _global_options() -> argparse.ArgumentParser:
+    """Options every verb takes, before or after it (see _globals_after_verb)."""
     env = os.environ.get
-    parser = argparse.ArgumentParser(prog="amqpctl",
-                                     description="Manage an amqp-server through its HTTP API.")
-    parser.add_argument("--host", default=env("AMQPCTL_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env("AMQPCTL_PORT", "15672")),
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    common.add_argument("--host", default=env("AMQPCTL_HOST", "127.0.0.1"))
+    common.add_argument("--port", type=int, default=int(env("AMQPCTL_PORT", "15672")),
                         help="the management API port")
-    parser.add_argument("--username", default=env("AMQPCTL_USERNAME", "guest"))
-    parser.add_argument("--password", default=env("AMQPCTL_PASSWORD", "guest"))
-    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-u", "--username", "--user", dest="username",
+                        default=env("AMQPCTL_USERNAME", "guest"))
+    common.add_argument("--password", default=env("AMQPCTL_PASSWORD", "guest"))
     common.add_argument("-p", "--vhost", default="/")
     common.add_argument("--formatter", choices=["table", "json"], default="table")
     common.add_argument("-q", "--quiet", action="store_true")
+    return common
+
+
+def _globals_after_verb(argv: list[str], common: argparse.ArgumentParser) -> list[str]:
+    """rabbitmqctl takes global options on either side of the verb, argparse
+    only after a sub-command: move those given before the verb behind it."""
+    takes_value = {flag: action.nargs != 0
+                   for action in common._actions for flag in action.option_strings}
+    moved, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        flag = token.split("=", 1)[0] if token.startswith("--") else token
+        if flag in takes_value:
+            width = 2 if takes_value[flag] and flag == token else 1
+        elif takes_value.get(token[:2]) and not token.startswith("--"):
+            width = 1  # -pVHOST
+        else:
+            break
+        moved += argv[i:i + width]
+        i += width
+    if i >= len(argv):
+        return argv  # no verb: argparse says so
+    return [argv[i], *moved, *argv[i + 1:]]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="amqpctl", description="Manage an amqp-server through its HTTP API.",
+        epilog="Global options (amqpctl VERB --help lists them) go before or after the verb.")
+    common = _global_options()
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(name: str, func, help_text: str):
@@ -382,6 +469,7 @@ def _parser() -> argparse.ArgumentParser:
          "write definitions to FILE ('-' for stdout)").add_argument("file")
     verb("import_definitions", import_definitions,
          "load definitions from FILE ('-' for stdin)").add_argument("file")
+    ctl_runtime.add_verbs(verb)
     # The dead-letter verbs live in their own module.
     from . import ctl_dead_letters
     ctl_dead_letters.register(verb)
@@ -390,18 +478,36 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_globals_after_verb(argv, _global_options()))
     except SystemExit as exc:
         return EX_USAGE if exc.code not in (0, None) else 0
     api = Api(args.host, args.port, args.username, args.password)
     try:
         args.func(api, args)
     except CtlError as exc:
+        exc = _named(api, args, exc)
         print(f"Error: {exc}", file=sys.stderr)
         return exc.code
     return 0
 
 
+def _named(api: Api, args, exc: CtlError) -> CtlError:
+    """A bare 404 said as what was missing: the vhost when it does not
+    exist, else the API path that answered."""
+    if str(exc) != "not found":
+        return exc
+    try:
+        vhost_exists = _exists(api, f"/vhosts/{_vhost_path(args.vhost)}")
+    except CtlError:
+        vhost_exists = True  # not ours to see: say what we know
+    if not vhost_exists:
+        return CtlError(f"virtual host '{args.vhost}' does not exist", EX_DATAERR)
+    return CtlError(f"not found: {exc.path}", exc.code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as the imported module, whose CtlError the verbs in ctl_runtime raise.
+    from policies.ctl import main as imported_main
+    sys.exit(imported_main())

@@ -165,6 +165,11 @@ class AccessControl:
         if not self.is_admin(user):
             raise NotAuthorised("Not administrator user")
 
+    def require_monitor(self, user: User) -> None:
+        """Node-wide figures (/api/nodes): monitoring or administrator."""
+        if not self.is_monitor(user):
+            raise NotAuthorised("Not monitor user")
+
     def require_visible(self, user: User, vhost: str) -> None:
         """Reading a vhost's objects.  An unknown vhost passes, so that the
         route answers 404 as RabbitMQ's does."""

@@ -28,6 +28,7 @@ from ..storage.paging import Paging
 from ..storage.recovery import restore_messages
 from . import resources
 from .access_control import AccessControl, Grant
+from .counters import Counters
 from .direct_reply import DirectReplies
 from .permissions import NO_ACCESS, Permission
 from .timers import Timers, now_ms
@@ -60,6 +61,8 @@ class Broker:
     # The message store is behind its writes: publishers are not read
     # (silently, as RabbitMQ's flow control) until it catches up.
     store_busy: bool = False
+    # Totals since start for the Prometheus metrics (counters.py).
+    counters: Counters = field(default_factory=Counters)
 
     def __post_init__(self) -> None:
         # The one permission service: AMQP channels and the HTTP API ask it.
@@ -80,6 +83,7 @@ class Broker:
             vhost = self.vhosts[name] = VirtualHost(
                 name, self.timers, self.policies, self.config.policy_precedence == "policy",
                 self.config.address_settings)
+            vhost.counters = self.counters
             if self.journal is not None:
                 self._attach(vhost)
                 self.journal.vhost_added(name)

@@ -36,6 +36,7 @@ from ..storage.definition_log import NO_JOURNAL, persists
 from ..wire.table import FieldTable, encode_table, typed_value
 from .access_control import check_not_default
 from .auto_created import AutoCreatedQueues
+from .counters import Counters
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .dead_letterer import DeadLetterer
@@ -139,6 +140,7 @@ class VirtualHost:
         self.store = None
         self.paging = None
         self.dead_letterer = DeadLetterer(self)
+        self.counters = Counters()  # the broker's, once it adopts this vhost
         self.auto_created = AutoCreatedQueues(self.timers, self.remove_queue)
         self._settings_made: dict[tuple, object] = {}
         self.queues: dict[str, Queue] = {}
@@ -253,6 +255,7 @@ class VirtualHost:
                       auto_created: bool = False) -> Queue:
         """`auto_created`: an Artemis DLQ./EXP. queue, deleted once unused."""
         arguments = arguments if arguments is not None else FieldTable()
+        self.counters.queues_declared += 1
         if passive:
             queue = self.queue(name)
             self.check_exclusive_access(queue, owner)
@@ -307,6 +310,7 @@ class VirtualHost:
         if self.paging is not None:
             queue.attach_paging(self.paging)
         self.queues[name] = queue
+        self.counters.queues_created += 1
         if auto_created:
             self.auto_created.adopt(queue)
         queue.touch()
@@ -358,6 +362,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
+        self.counters.retire(queue)
         self.auto_created.forget(queue)
         queue.close()
         count = queue.purge()

@@ -21,7 +21,7 @@ from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
-from . import console, definitions, messages, metrics, users, workbench_routes
+from . import console, definitions, health, messages, metrics, users, workbench_routes
 from .requests import (
     BROKER,
     USER_KEY,
@@ -168,7 +168,6 @@ def _connections(request: web.Request) -> list:
 
 async def overview(request: web.Request) -> web.Response:
     """Totals over the vhosts the user may see; listeners for monitors."""
-    broker = request.app[BROKER]
     vhosts = _vhosts(request)
     queues = [q for v in vhosts for q in v.queues.values()]
     ready = sum(q.message_count for q in queues)
@@ -194,8 +193,8 @@ async def overview(request: web.Request) -> web.Response:
         "alarms": sorted(request.app[BROKER].alarms),
     }
     if access_control(request).is_monitor(request[USER_KEY]):
-        answer["listeners"] = [{"node": NODE, "protocol": "amqp",
-                                "port": broker.config.port}]
+        answer["listeners"] = [{"node": NODE, **listener}
+                               for listener in health.listeners(request)]
     return web.json_response(answer)
 
 
@@ -514,9 +513,13 @@ async def prometheus(request: web.Request) -> web.Response:
                         content_type="text/plain", charset="utf-8")
 
 
-def make_app(broker) -> web.Application:
+def make_app(broker, listeners=None) -> web.Application:
+    """`listeners`: () -> the server's active listeners, for the health
+    checks and the overview (by default the AMQP port of the config)."""
     app = web.Application(middlewares=[auth_and_errors])
     app[BROKER] = broker
+    app[health.LISTENERS] = listeners or (lambda: [{"protocol": "amqp",
+                                                    "port": broker.config.port}])
     r = app.router
     r.add_get("/api/overview", overview)
     r.add_get("/api/whoami", whoami)
@@ -560,6 +563,7 @@ def make_app(broker) -> web.Application:
     r.add_post("/api/definitions/{vhost}", import_definitions)
     r.add_get("/metrics", prometheus)
     users.add_routes(r)
+    health.add_routes(r)
     # The dead-letter workbench's API and the web console (its own modules).
     workbench_routes.add_routes(app, broker)
     console.add_routes(app)
@@ -567,14 +571,18 @@ def make_app(broker) -> web.Application:
 
 
 class ManagementServer:
-    def __init__(self, broker, host: str, port: int) -> None:
+    def __init__(self, broker, host: str, port: int, listeners=None) -> None:
         self.broker = broker
         self.host = host
         self.port = port
+        self.listeners = listeners
         self._runner: web.AppRunner | None = None
 
+    def make_app(self) -> web.Application:
+        return make_app(self.broker, self.listeners)
+
     async def start(self) -> None:
-        self._runner = web.AppRunner(make_app(self.broker), access_log=None)
+        self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()

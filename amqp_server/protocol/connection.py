@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from itertools import repeat
 
 from pamqp import commands as spec
@@ -85,6 +86,13 @@ class Connection:
         self.broker = broker
         self.config = broker.config
         self.peer_host = peer_host
+        # Both ends of the socket and the transport, filled by the server:
+        # what list_connections and the management API show.
+        self.peer_port = 0
+        self.local_host = ""
+        self.local_port = 0
+        self.tls = False
+        self.connected_at = int(time.time() * 1000)
         self.is_loopback = is_loopback
         self._wakeup = wakeup or (lambda: None)
         self.state = AWAIT_HEADER
@@ -440,6 +448,7 @@ class Connection:
                     f"number of channels opened ({len(self.channels)}) has reached the "
                     f"negotiated channel_max ({self.channel_max})")
             self.channels[number] = Channel(self, number)
+            self.broker.counters.channels_opened += 1
             self._send_method(number, make(spec.Channel.OpenOk))
             return
         if isinstance(method, spec.Channel.CloseOk):
@@ -633,6 +642,7 @@ class Connection:
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)
+        self.broker.counters.connections_opened += 1
         self._send_method(0, make(spec.Connection.OpenOk))
 
     # ---- heartbeats and shutdown ---------------------------------------

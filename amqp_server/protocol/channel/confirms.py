@@ -65,6 +65,8 @@ class ConfirmsPart:
 
     def _confirm(self, message: Message, refused: bool) -> None:
         self.publish_seq += 1
+        if not refused:
+            self.conn.broker.counters.confirmed += 1
         if refused:
             self._nacks.append(self.publish_seq)
         elif message.stored_gen is not None:

@@ -36,6 +36,7 @@ class ConsumingPart:
             self._write_counted(queue, entry, data)
         else:
             self.conn.write(data)
+        self.conn.broker.counters.delivered(queue, 1, consumer.no_ack, entry.redelivered)
         if consumer.no_ack:
             queue.settle((entry,))
         else:
@@ -53,6 +54,8 @@ class ConsumingPart:
         self.next_tag = tag + count
         self.conn.write(frames.deliver_many(self.number, consumer.tag_bytes, tag, entries,
                                             self.conn.frame_max))
+        self.conn.broker.counters.delivered(queue, count, consumer.no_ack,
+                                            sum(entry.redelivered for entry in entries))
         if consumer.no_ack:
             queue.settle(entries)
         else:
@@ -167,9 +170,12 @@ class ConsumingPart:
         self._allow(READ, "queue", self._queue_name(method.queue))
         queue = self._owned_queue(method.queue)
         entry = queue.take_one()
+        counters = self.conn.broker.counters
         if entry is None:
+            counters.get_empty[queue.settings.queue_type] += 1
             self.send(make(spec.Basic.GetEmpty))
             return
+        counters.got(queue, method.no_ack, entry.redelivered)
         tag = self.next_tag
         self.next_tag = tag + 1
         if method.no_ack:

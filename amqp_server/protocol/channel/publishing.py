@@ -149,6 +149,7 @@ class PublishingPart:
         return queues
 
     def _enqueue(self, message: Message, queues, mandatory: bool) -> None:
+        self.conn.broker.counters.publishes(1, bool(queues), mandatory, self.confirm)
         refused = False
         if queues:
             for queue in queues:
@@ -212,6 +213,8 @@ class PublishingPart:
             for message in messages:  # routed alike, queued one by one (limits, DLX)
                 self._enqueue(message, queues, mandatory)
             return
+        self.conn.broker.counters.publishes(len(messages), bool(queues), mandatory,
+                                            self.confirm)
         for queue in queues:
             queue.enqueue_run(messages)
         if not queues and mandatory:

@@ -89,6 +89,7 @@ class SettlingPart:
             # All from one consumer (so one queue), as a multiple ack
             # usually is: settled in one step.
             consumer.unacked -= len(records)
+            self.conn.broker.counters.acknowledged[queue.settings.queue_type] += len(records)
             queue.settle(list(map(_ENTRY, records)))
             self._after_release({queue})
             return
@@ -101,7 +102,9 @@ class SettlingPart:
                 by_queue[queue] = [entry]
             else:
                 entries.append(entry)
+        acknowledged = self.conn.broker.counters.acknowledged
         for queue, entries in by_queue.items():
+            acknowledged[queue.settings.queue_type] += len(entries)
             queue.settle(entries)
         self._after_release(set(by_queue))
 

@@ -1,0 +1,110 @@
+"""RabbitMQ's health checks and node view for probes and monitors:
+/api/health/checks/{alarms,local-alarms,port-listener/{port},virtual-hosts},
+/api/aliveness-test/{vhost}, /api/nodes and /api/nodes/{name}.
+
+The answers are RabbitMQ 3.10's (rabbit_mgmt_wm_health_check_*): 200
+{"status": "ok"} or 503 {"status": "failed", "reason": ...} with what
+failed.  Any management user may ask the health checks; the aliveness test
+needs access to the vhost and runs with the user's permissions, as the
+management plugin's own channel does; the nodes need monitoring or
+administrator.  This broker is one node, so cluster-wide and local alarms
+are the same thing.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..broker.permissions import READ
+from . import messages
+from .node import node_json
+from .requests import BROKER, USER_KEY, BadRequest, access_control, changing_vhost, grant_in
+from .shapes import NODE
+
+LISTENERS = web.AppKey("listeners", object)  # () -> [{"protocol", "port", ...}]
+# The queue RabbitMQ's aliveness test declares and leaves in place.
+ALIVENESS_QUEUE = "aliveness-test"
+# rabbit_alarm's resource names.
+ALARM_RESOURCES = {"memory": "memory", "disk": "disk space"}
+
+
+def _ok(**extra) -> web.Response:
+    return web.json_response({"status": "ok", **extra})
+
+
+def _failed(reason: str, **details) -> web.Response:
+    return web.json_response({"status": "failed", "reason": reason, **details}, status=503)
+
+
+def listeners(request: web.Request) -> list[dict]:
+    """The broker's active listeners, as the server reports them."""
+    return request.app[LISTENERS]()
+
+
+def _alarm_check(reason: str):
+    async def check(request: web.Request) -> web.Response:
+        alarms = request.app[BROKER].alarms
+        if not alarms:
+            return _ok()
+        return _failed(reason, alarms=[{"resource": ALARM_RESOURCES.get(a, a), "node": NODE}
+                                       for a in sorted(alarms)])
+    return check
+
+
+async def port_listener(request: web.Request) -> web.Response:
+    text = request.match_info["port"]
+    try:
+        port = int(text, 10)
+    except ValueError:
+        raise BadRequest("Invalid port") from None
+    ports = [listener["port"] for listener in listeners(request)]
+    if port in ports:
+        return _ok(port=port)
+    return _failed("No active listener", missing=port, ports=ports)
+
+
+async def virtual_hosts(request: web.Request) -> web.Response:
+    # A vhost here has no process of its own that could be down: every
+    # vhost that exists serves.
+    return _ok()
+
+
+async def aliveness_test(request: web.Request) -> web.Response:
+    """Declare `aliveness-test`, publish a message to it through the default
+    exchange and get one back without ack, all as the user, as RabbitMQ does."""
+    vhost = changing_vhost(request)
+    grant = grant_in(request, vhost)
+    existed = ALIVENESS_QUEUE in vhost.queues
+    grant.check_queue_declare(ALIVENESS_QUEUE, None, existed)
+    queue = vhost.declare_queue(ALIVENESS_QUEUE, None)
+    messages.publish(grant, vhost, vhost.exchange(""),
+                     {"routing_key": ALIVENESS_QUEUE, "payload": "test_message"})
+    grant.check(READ, "queue", ALIVENESS_QUEUE)
+    vhost.check_exclusive_access(queue, None)
+    if not messages.get(queue, 1, "ack_requeue_false", "auto", None):
+        return _failed("the test message could not be got back from queue 'aliveness-test'")
+    return _ok()
+
+
+async def list_nodes(request: web.Request) -> web.Response:
+    access_control(request).require_monitor(request[USER_KEY])
+    return web.json_response([node_json(request.app[BROKER], listeners(request))])
+
+
+async def get_node(request: web.Request) -> web.Response:
+    access_control(request).require_monitor(request[USER_KEY])
+    if request.match_info["name"] != NODE:
+        raise KeyError(request.match_info["name"])  # 404 (RabbitMQ 3.10 answers 500)
+    return web.json_response(node_json(request.app[BROKER], listeners(request)))
+
+
+def add_routes(router) -> None:
+    router.add_get("/api/health/checks/alarms",
+                   _alarm_check("There are alarms in effect in the cluster"))
+    router.add_get("/api/health/checks/local-alarms",
+                   _alarm_check("There are alarms in effect on the node"))
+    router.add_get("/api/health/checks/port-listener/{port}", port_listener)
+    router.add_get("/api/health/checks/virtual-hosts", virtual_hosts)
+    router.add_get("/api/aliveness-test/{vhost}", aliveness_test)
+    router.add_get("/api/nodes", list_nodes)
+    router.add_get("/api/nodes/{name}", get_node)

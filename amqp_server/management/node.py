@@ -1,0 +1,94 @@
+"""The broker as one RabbitMQ node: the object /api/nodes lists, with the
+keys monitors read (memory and disk against their limits and alarms, file
+descriptors, sockets, uptime), in RabbitMQ's names and units.  Erlang's own
+figures (processes, reductions, mnesia) have no counterpart and are left out."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+from ..broker import resources
+from ..broker.exchange import EXCHANGE_TYPES
+from .shapes import NODE
+
+# When this module was first imported: the broker process's start, close enough.
+_STARTED = time.monotonic()
+
+_EXCHANGE_DESCRIPTIONS = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+}
+_AUTH_MECHANISMS = (("AMQPLAIN", "QPid AMQPLAIN mechanism"),
+                    ("PLAIN", "SASL PLAIN authentication mechanism"))
+
+
+def open_fds() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def max_fds() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def uptime_ms() -> int:
+    return int((time.monotonic() - _STARTED) * 1000)
+
+
+def memory_limit(config) -> int:
+    return resources.memory_limit(config.vm_memory_high_watermark,
+                                  config.vm_memory_high_watermark_absolute,
+                                  resources.total_memory())
+
+
+def node_json(broker, listeners: list[dict]) -> dict:
+    config = broker.config
+    disk_free = resources.disk_free(config.data_dir)
+    management = [entry for entry in listeners if entry["protocol"] == "http"]
+    return {
+        "name": NODE,
+        "type": "disc",
+        "running": True,
+        "os_pid": str(os.getpid()),
+        "partitions": [],
+        "cluster_links": [],
+        "processors": os.cpu_count() or 1,
+        "uptime": uptime_ms(),
+        "rates_mode": "none",
+        "mem_used": resources.resident_memory(),
+        "mem_limit": memory_limit(config),
+        "mem_alarm": "memory" in broker.alarms,
+        "mem_calculation_strategy": "rss",
+        "disk_free": disk_free if disk_free is not None else 0,
+        "disk_free_limit": config.disk_free_limit,
+        "disk_free_alarm": "disk" in broker.alarms,
+        "fd_used": open_fds() or 0,
+        "fd_total": max_fds(),
+        "sockets_used": len(broker.connections),
+        "sockets_total": max_fds(),
+        "db_dir": os.path.abspath(config.data_dir),
+        "config_files": [],
+        "log_files": ["<stdout>"],
+        "enabled_plugins": [],
+        "exchange_types": [{"name": name, "description": _EXCHANGE_DESCRIPTIONS.get(name, ""),
+                            "enabled": True} for name in EXCHANGE_TYPES],
+        "auth_mechanisms": [{"name": name, "description": text, "enabled": True}
+                            for name, text in _AUTH_MECHANISMS],
+        "contexts": [{"description": "RabbitMQ Management", "path": "/",
+                      "port": str(entry["port"])} for entry in management],
+        "applications": [{"name": "amqp_server", "description": "amqp-server",
+                          "version": _version()}],
+        "python_version": sys.version.split()[0],
+    }
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__

@@ -1,0 +1,141 @@
+"""amqpctl verbs about what runs on the node now: its connections and
+consumers, closing a connection, and the node's status, as rabbitmqctl
+names and prints them, read from the management API (so the API's
+permission checks apply to them as to every other verb)."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from . import ctl
+
+# rabbitmqctl's info keys that the management API fills here.
+CONNECTION_COLUMNS = ("auth_mechanism", "channel_max", "channels", "client_properties",
+                      "connected_at", "frame_max", "host", "name", "peer_host", "peer_port",
+                      "port", "protocol", "ssl", "state", "timeout", "user", "vhost")
+CONNECTION_DEFAULT = ["user", "peer_host", "peer_port", "state"]
+# channel_pid names the channel as the API does ("<connection> (<number>)"):
+# there is no Erlang process to name.
+CONSUMER_COLUMNS = ("ack_required", "active", "activity_status", "arguments", "channel_pid",
+                    "consumer_tag", "prefetch_count", "queue_name")
+CONSUMER_DEFAULT = ["queue_name", "channel_pid", "consumer_tag", "ack_required",
+                    "prefetch_count", "active", "arguments"]
+GB = 1024 ** 3
+
+
+def list_connections(api: ctl.Api, args) -> None:
+    columns = ctl._columns(args, CONNECTION_COLUMNS, CONNECTION_DEFAULT)
+    ctl._say(args, "Listing connections ...")
+    ctl._table(args, columns, api.call("GET", "/connections"))
+
+
+def list_consumers(api: ctl.Api, args) -> None:
+    columns = ctl._columns(args, CONSUMER_COLUMNS, CONSUMER_DEFAULT)
+    ctl._say(args, f"Listing consumers in vhost {args.vhost} ...")
+    rows = [{**consumer, "queue_name": consumer["queue"]["name"],
+             "channel_pid": consumer["channel_details"]["name"]}
+            for consumer in api.call("GET", f"/consumers/{ctl._vhost_path(args.vhost)}")]
+    ctl._table(args, columns, rows)
+
+
+def close_connection(api: ctl.Api, args) -> None:
+    ctl._say(args, f"Closing connection {args.name}, reason: {args.explanation}...")
+    try:
+        api.call("DELETE", f"/connections/{quote(args.name, safe='')}",
+                 headers={"X-Reason": args.explanation})
+    except ctl.CtlError as exc:
+        if str(exc) == "not found":
+            raise ctl.CtlError(f"connection '{args.name}' not found (list_connections name "
+                               "shows the names)", ctl.EX_DATAERR) from None
+        raise
+
+
+def status(api: ctl.Api, args) -> None:
+    """rabbitmqctl status's sections this broker has: runtime, alarms,
+    memory, file descriptors, disk, totals and listeners."""
+    node = api.call("GET", "/nodes")[0]
+    overview = api.call("GET", "/overview")
+    report = status_report(node, overview, len(api.call("GET", "/vhosts")))
+    if args.formatter == "json":
+        print(json.dumps(report))
+        return
+    ctl._say(args, f"Status of node {report['node_name']} ...")
+    print("\n".join(status_lines(report)))
+
+
+def status_report(node: dict, overview: dict, vhost_count: int) -> dict:
+    """rabbitmqctl status --formatter json's keys, for what there is here."""
+    alarms = [{"resource": resource, "node": node["name"]}
+              for resource, key in (("disk", "disk_free_alarm"), ("memory", "mem_alarm"))
+              if node.get(key)]
+    totals = overview["object_totals"]
+    return {
+        "node_name": node["name"],
+        "pid": int(node["os_pid"]),
+        "uptime": node["uptime"] // 1000,
+        "product_name": overview["product_name"],
+        "product_version": overview["product_version"],
+        "alarms": alarms,
+        "memory": {"total": {"rss": node["mem_used"]}},
+        "vm_memory_calculation_strategy": node["mem_calculation_strategy"],
+        "vm_memory_high_watermark_limit": node["mem_limit"],
+        "file_descriptors": {"total_used": node["fd_used"], "total_limit": node["fd_total"],
+                             "sockets_used": node["sockets_used"],
+                             "sockets_limit": node["sockets_total"]},
+        "disk_free": node["disk_free"],
+        "disk_free_limit": node["disk_free_limit"],
+        "totals": {"virtual_host_count": vhost_count,
+                   "connection_count": totals["connections"],
+                   "queue_count": totals["queues"]},
+        "listeners": [{"node": node["name"], "interface": entry.get("ip_address", ""),
+                       "port": entry["port"], "protocol": entry["protocol"]}
+                      for entry in overview.get("listeners", [])],
+    }
+
+
+def status_lines(report: dict) -> list[str]:
+    alarms = [f"{a['resource']} alarm on node {a['node']}" for a in report["alarms"]]
+    fds, totals = report["file_descriptors"], report["totals"]
+    return [
+        "Runtime", "",
+        f"OS PID: {report['pid']}",
+        f"Uptime (seconds): {report['uptime']}",
+        f"Product: {report['product_name']} {report['product_version']}",
+        f"Node name: {report['node_name']}", "",
+        "Alarms", "",
+        *(alarms or ["(none)"]), "",
+        "Memory", "",
+        f"Total memory used: {_gb(report['memory']['total']['rss'])} gb",
+        f"Calculation strategy: {report['vm_memory_calculation_strategy']}",
+        f"Memory high watermark: {_gb(report['vm_memory_high_watermark_limit'])} gb", "",
+        "File Descriptors", "",
+        f"Total: {fds['total_used']}, limit: {fds['total_limit']}",
+        f"Sockets: {fds['sockets_used']}, limit: {fds['sockets_limit']}", "",
+        "Free Disk Space", "",
+        f"Low free disk space watermark: {_gb(report['disk_free_limit'])} gb",
+        f"Free disk space: {_gb(report['disk_free'])} gb", "",
+        "Totals", "",
+        f"Connection count: {totals['connection_count']}",
+        f"Queue count: {totals['queue_count']}",
+        f"Virtual host count: {totals['virtual_host_count']}", "",
+        "Listeners", "",
+        *(f"Interface: {entry['interface']}, port: {entry['port']}, "
+          f"protocol: {entry['protocol']}" for entry in report["listeners"]),
+    ]
+
+
+def _gb(size: int) -> float:
+    return round(size / GB, 4)
+
+
+def add_verbs(verb) -> None:
+    """Registers these verbs with amqpctl's parser (`verb` from ctl._parser)."""
+    verb("list_connections", list_connections,
+         "list connections").add_argument("columns", nargs="*")
+    verb("list_consumers", list_consumers,
+         "list consumers in a vhost").add_argument("columns", nargs="*")
+    close = verb("close_connection", close_connection, "close a connection by name")
+    close.add_argument("name", help="the connection's name, as list_connections name shows it")
+    close.add_argument("explanation", help="the reason the client is told")
+    verb("status", status, "the node's status")
