@@ -4,8 +4,8 @@
     python -m bench --compare amqp://guest:guest@127.0.0.1:5672/   # ours vs that broker
 
 --compare starts this project's broker in a subprocess on a free port and
-runs every scenario against it and the reference URL in one run, printing
-a markdown table of ratios (ours / reference).
+runs every scenario against it and the reference URL in one run, a run on
+each in turn, printing a markdown table of ratios (ours / reference).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 from .registry import SCENARIOS
 
@@ -35,28 +34,38 @@ def start_our_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     return proc, f"amqp://guest:guest@127.0.0.1:{port}/%2F"
 
 
-def run(url: str, names: list[str], scale: float, repeat: int) -> dict:
-    """Each scenario `repeat` times; the run with the median metric is kept
-    (a best-of-N would favour whichever broker varies more), with the
-    spread of the metric and how many runs it is the median of.  A run
-    that failed (timed out, lost messages, got nacks) gives no number: it
-    is counted as failed, never averaged in."""
-    results = {}
+def run(urls: dict[str, str], names: list[str], scale: float, repeat: int) -> dict:
+    """Each scenario `repeat` times per broker, interleaved (one run on each
+    broker in turn, so both see the same machine over the same minutes);
+    per broker, the run with the median metric is kept (a best-of-N would
+    favour whichever broker varies more), with the spread of the metric and
+    how many runs it is the median of.  A run that failed (timed out, lost
+    messages, got nacks) gives no number: it is counted as failed, never
+    averaged in."""
+    results: dict = {who: {} for who in urls}
     for name in names:
-        metric = SCENARIOS[name]["metric"]
-        outcomes = [SCENARIOS[name]["run"](url, scale) for _ in range(repeat)]
-        runs = sorted((r for r in outcomes if "failed" not in r), key=lambda r: r[metric])
-        failures = [r["failed"] for r in outcomes if "failed" in r]
-        if runs:
-            median = dict(runs[len(runs) // 2])
-            median["spread"] = [runs[0][metric], runs[-1][metric]]
-        else:
-            median = {"failed": failures[0]}
-        median["runs"] = len(runs)
-        median["failed_runs"] = len(failures)
-        results[name] = median
-        print(f"  {name}: {json.dumps(median)}", file=sys.stderr, flush=True)
+        outcomes: dict = {who: [] for who in urls}
+        for _ in range(repeat):
+            for who, url in urls.items():
+                outcomes[who].append(SCENARIOS[name]["run"](url, scale))
+        for who in urls:
+            results[who][name] = _median(SCENARIOS[name]["metric"], outcomes[who])
+            print(f"  {who} {name}: {json.dumps(results[who][name])}",
+                  file=sys.stderr, flush=True)
     return results
+
+
+def _median(metric: str, outcomes: list[dict]) -> dict:
+    runs = sorted((r for r in outcomes if "failed" not in r), key=lambda r: r[metric])
+    failures = [r["failed"] for r in outcomes if "failed" in r]
+    if runs:
+        median = dict(runs[len(runs) // 2])
+        median["spread"] = [runs[0][metric], runs[-1][metric]]
+    else:
+        median = {"failed": failures[0]}
+    median["runs"] = len(runs)
+    median["failed_runs"] = len(failures)
+    return median
 
 
 def _shown(result: dict, key: str) -> str:
@@ -87,21 +96,21 @@ def main() -> int:
     names = args.scenario or list(SCENARIOS)
 
     if args.url:
-        print(json.dumps(run(args.url, names, args.scale, args.repeat), indent=2))
+        only = run({"url": args.url}, names, args.scale, args.repeat)["url"]
+        print(json.dumps(only, indent=2))
         return 0
 
     data_dir = tempfile.mkdtemp(prefix="amqp-bench-")
     proc, ours_url = start_our_broker(data_dir)
     try:
-        print(f"ours: {ours_url}", file=sys.stderr)
-        ours = run(ours_url, names, args.scale, args.repeat)
+        print(f"ours: {ours_url}, reference: {args.compare}", file=sys.stderr)
+        results = run({"ours": ours_url, "reference": args.compare},
+                      names, args.scale, args.repeat)
     finally:
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(data_dir, ignore_errors=True)
-    time.sleep(0.5)
-    print(f"reference: {args.compare}", file=sys.stderr)
-    reference = run(args.compare, names, args.scale, args.repeat)
+    ours, reference = results["ours"], results["reference"]
     print("| scenario | metric | this broker | RabbitMQ | ratio (ours / RabbitMQ) "
           "| runs (ours / RabbitMQ) |")
     print("|---|---|---:|---:|---:|---|")
