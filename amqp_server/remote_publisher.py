@@ -5,7 +5,10 @@ RabbitMQ's shovel does.
 Messages go out with the content header they are held with here, byte for
 byte (properties, headers and `x-death` included, never re-encoded), and
 mandatory, so one that the other broker routes nowhere comes back as
-basic.return and counts as refused, not as moved.  Heartbeats are turned
+basic.return and counts as unroutable, not as moved.  The client
+properties ask for `authentication_failure_close` (as pika and RabbitMQ's
+own clients do), so a refused login is answered with connection.close 403
+rather than a dropped socket, and said as such.  Heartbeats are turned
 off (tune-ok with 0): a move is short and always has traffic in flight.
 """
 
@@ -25,7 +28,12 @@ from .wire.table import FieldTable
 
 _FRAME_HEADER = struct.Struct(">BHI")
 CHANNEL = 1
+ACCESS_REFUSED = 403
 FRAME_MAX = 131072
+
+
+# How the other broker settled a publish.
+CONFIRMED, RETURNED, NACKED = "confirmed", "returned", "nacked"
 
 
 class RemoteError(Exception):
@@ -106,7 +114,9 @@ class RemotePublisher:
         self._writer.write(frames.PROTOCOL_HEADER)
         await self._expect(spec.Connection.Start)
         properties = FieldTable({"product": "amqp-server workbench",
-                                 "capabilities": FieldTable({"publisher_confirms": True})})
+                                 "capabilities": FieldTable({
+                                     "publisher_confirms": True,
+                                     "authentication_failure_close": True})})
         response = f"\0{uri.username}\0{uri.password}".encode()
         self._send(0, make(spec.Connection.StartOk, client_properties=properties,
                            mechanism="PLAIN", response=response, locale="en_US"))
@@ -129,10 +139,14 @@ class RemotePublisher:
             method = decode_method(payload)
             if isinstance(method, cls):
                 return method
+            if isinstance(method, spec.Connection.Close) and method.reply_code == ACCESS_REFUSED \
+                    and cls in (spec.Connection.Tune, spec.Connection.OpenOk):
+                what = "login" if cls is spec.Connection.Tune else "access to the vhost"
+                raise RemoteError(f"{self.uri.shown}: {what} refused ({method.reply_code} "
+                                  f"{method.reply_text})")
             if isinstance(method, (spec.Connection.Close, spec.Channel.Close)):
                 raise RemoteError(f"{self.uri.shown} refused: {method.reply_code} "
                                   f"{method.reply_text}")
-            # A login the server refuses may also just end the connection.
 
     async def _frame(self) -> tuple[int, int, bytes]:
         head = await self._reader.readexactly(7)
@@ -149,8 +163,9 @@ class RemotePublisher:
 
     def publish(self, exchange: str, routing_key: str, header: bytes,
                 body: bytes) -> asyncio.Future:
-        """Send one message; the future is True once the broker confirmed it
-        (routed somewhere), False when it nacked or returned it."""
+        """Send one message; the future's result, once the broker settled
+        it, is CONFIRMED (routed somewhere), RETURNED (routed nowhere) or
+        NACKED."""
         if self._closed is not None:
             raise RemoteError(self._closed)
         tag = self._next_tag
@@ -213,7 +228,8 @@ class RemotePublisher:
             returned = settled in self._returned
             self._returned.discard(settled)
             if future is not None and not future.done():
-                future.set_result(ack and not returned)
+                # A returned message is acked too: the return says why.
+                future.set_result(RETURNED if returned else CONFIRMED if ack else NACKED)
 
     def _fail(self, reason: str) -> None:
         self._closed = reason

@@ -93,7 +93,7 @@ class Facts:
     reason: str | None            # of its most recent death
     original_queue: str | None    # the queue it first died in
     original_exchange: str | None
-    died_at: int | None           # seconds since the epoch, most recent death
+    died_at: int | None           # seconds since the epoch: x-death's latest `time`
     deaths: int                   # every death counted
     message_id: str | None
 
@@ -109,8 +109,10 @@ def facts_of(headers, message_id: str | None) -> Facts:
         reason=latest.reason if latest else None,
         original_queue=original_queue,
         original_exchange=original_exchange,
-        # Deaths keep the time of their first occurrence under a key; the
-        # message landed here at the latest of them.
+        # x-death keeps the time of the FIRST death under each (queue,
+        # reason) and only counts the later ones, and the broker records
+        # no enqueue time with a message: this is the latest of those
+        # first times, shown as "first died", never as the last death.
         died_at=max((d.time for d in history.deaths), default=None),
         deaths=history.total,
         message_id=message_id)
@@ -123,8 +125,8 @@ class Filter:
     reason: str | None = None
     original_queue: str | None = None
     original_exchange: str | None = None
-    since: int | None = None   # seconds since the epoch, inclusive
-    until: int | None = None   # exclusive
+    since: int | None = None   # seconds since the epoch, inclusive, on died_at
+    until: int | None = None   # exclusive, on died_at
     message_id: str | None = None
     body_contains: bytes | None = None
 

@@ -152,6 +152,9 @@ def test_workbench_browses_filters_and_redrives_dead_letters_back_with_their_his
     steps = [li.text for li in console.css("#timeline li")]
     assert steps[0].startswith("Published to exchange shop with routing keys order")
     assert steps[1].startswith("orders rejected") and "via exchange shop, keys order" in steps[1]
+    # x-death keeps the time of the first death of its kind: said as such.
+    assert ", first at " in steps[1] and "last at" not in steps[1]
+    assert "First died" in [th.text for th in console.css("#messages th")]
     assert steps[-1] == "Now in orders.dlq"
     assert json.loads(console.text("headers"))["trace"] == "rejected-1"
     assert console.text("body-view") == json.dumps({"sku": "A-1", "qty": 2}, indent=2)

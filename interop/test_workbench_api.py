@@ -277,6 +277,8 @@ def test_move_to_another_broker_by_amqp_uri_keeps_every_header(broker, channel):
                         "uri": uri})[1]
         task = wait_task(broker, started["task"])
         assert (task["moved"], task["failed"]) == (0, 1)
+        # Returned by the other broker: unroutable, as a local move says.
+        assert task["failures"] == {"unroutable": 1}
     assert count(channel, "work.dlq") == 1
     # A broker that is not there: the task fails and nothing moves.
     started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
@@ -287,3 +289,51 @@ def test_move_to_another_broker_by_amqp_uri_keeps_every_header(broker, channel):
     status, error = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
                          {"filter": {}, "exchange": "", "uri": "http://x/"})
     assert status == 400 and "not an AMQP URI" in error["reason"]
+
+
+def test_the_rate_limit_holds_from_the_first_message_and_a_slow_task_can_be_stopped(
+        broker, channel):
+    total, rate = 12, 4
+    dead_letters(channel, [f"m{i}".encode() for i in range(total)])
+    began = time.monotonic()
+    status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive",
+                           {"filter": {}, "rate": rate})
+    assert status == 202
+    assert wait_for(lambda: http(broker, "GET", f"/api/tasks/{started['task']}")[1]["done"] >= 1)
+    time.sleep(0.3)
+    done = http(broker, "GET", f"/api/tasks/{started['task']}")[1]["done"]
+    # Never ahead of the rate (the test's clock started first, so this bound
+    # is generous): not a first batch of everything at once.
+    assert 1 <= done <= rate * (time.monotonic() - began) + 1
+    assert http(broker, "DELETE", f"/api/tasks/{started['task']}")[0] == 204
+    task = wait_task(broker, started["task"])
+    assert task["state"] == "cancelled" and task["moved"] < total
+    # Stopped: the rest stayed in the dead-letter queue, nothing lost.
+    assert count(channel, "work.dlq") == total - task["moved"]
+    assert count(channel, "work") == task["moved"]
+
+
+def test_moving_to_a_missing_exchange_names_the_exchange(broker, channel):
+    dead_letters(channel, [b"stays"])
+    status, error = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                         {"filter": {}, "exchange": "nosuchx"})
+    assert (status, error) == (404, {"error": "Object Not Found",
+                                     "reason": "NOT_FOUND - no exchange 'nosuchx' in vhost '/'"})
+    status, _error = http(broker, "POST", "/api/queues/%2F/missing/move",
+                          {"filter": {}, "exchange": "nosuchx"})
+    assert status == 404
+    assert count(channel, "work.dlq") == 1
+
+
+def test_a_login_the_other_broker_refuses_is_said_as_refused(broker, channel):
+    dead_letters(channel, [b"stays"])
+    with another_broker("landing") as (other, _remote, _uri):
+        uri = f"amqp://guest:wrong@127.0.0.1:{other.port}/%2F"
+        started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                       {"filter": {}, "exchange": "", "routing_key": "landing", "uri": uri})[1]
+        task = wait_task(broker, started["task"])
+    assert task["state"] == "failed"
+    assert f"amqp://guest@127.0.0.1:{other.port}/%2F: login refused (403 ACCESS_REFUSED" \
+        in task["error"], task["error"]
+    assert "wrong" not in task["error"]
+    assert count(channel, "work.dlq") == 1

@@ -24,6 +24,8 @@ def test_list_dead_letters_names_queues_then_their_messages(broker, channel, cap
     rows = json.loads(capsys.readouterr().out)
     assert [(r["message_id"], r["reason"], r["original_queue"], r["origin"]) for r in rows] == [
         ("m-1", "rejected", "work", "shop order")]
+    # x-death's time is that of the first death of its kind: said as such.
+    assert "first_died_at" in rows[0] and "died_at" not in rows[0]
     assert amqpctl(broker, "list_dead_letters", "missing") == 65
     assert "queue 'missing' in vhost '/' not found" in capsys.readouterr().err
     assert amqpctl(broker, "list_dead_letters", "work.dlq", "--reason", "tired") == 65
@@ -87,3 +89,46 @@ def test_move_messages_here_and_to_another_broker_then_delete(broker, channel, c
     assert amqpctl(broker, "delete_dead_letters", "work.dlq", "--message-id", "m-2") == 0
     assert "1 of 1 deleted" in capsys.readouterr().out
     assert count(channel, "work.dlq") == 0
+
+
+def test_errors_are_one_line_name_what_is_missing_and_hide_passwords(broker, channel, capsys):
+    dead_letters(channel, [b"alpha", b"beta"])
+    capsys.readouterr()
+    assert amqpctl(broker, "move_messages", "work.dlq", "nosuchx", "k") == 65
+    err = capsys.readouterr().err
+    assert err == "Error: NOT_FOUND - no exchange 'nosuchx' in vhost '/'\n"
+    for argv in (["list_dead_letters"], ["list_dead_letters", "work.dlq"],
+                 ["redrive", "work.dlq"], ["move_messages", "work.dlq", "x"],
+                 ["delete_dead_letters", "work.dlq"], ["list_queues"]):
+        assert amqpctl(broker, *argv, "-p", "nowhere") == 65
+        assert capsys.readouterr().err == "Error: virtual host 'nowhere' does not exist\n"
+    assert amqpctl(broker, "move_messages", "work.dlq", "", "x", "--to-uri",
+                   "amqp://guest:s3cret@127.0.0.1:1/") == 69
+    out, err = capsys.readouterr()
+    assert "s3cret" not in out + err
+    assert "Moving messages of queue work.dlq in vhost / to exchange '' on " \
+           "amqp://guest@127.0.0.1:1/ ..." in out
+    assert err.count("Error:") == 1 and "cannot reach amqp://guest@127.0.0.1:1/" in err
+    assert "0 of 2 moved" in err
+    assert count(channel, "work.dlq") == 2
+
+
+def test_redrive_of_a_queue_from_file_takes_only_that_queues_lines(
+        broker, channel, capsys, tmp_path):
+    dead_letters(channel, [b"one", b"two"], message_ids=["a", "b"])
+    # dlx fans out: "other" dies into both work.dlq and else.dlq.
+    dead_letters(channel, [b"other"], queue="else", exchange="shop2", key="other",
+                 message_ids=["o"])
+    digest = lambda body: hashlib.sha256(body).hexdigest()
+    lines = [{"vhost": "/", "queue": queue, "message_id": mid, "body_sha256": digest(body),
+              "died_in": queue[:-4], "reason": "rejected", "exchange": "shop",
+              "routing_keys": ["order"], "time": "2024-01-01T00:00:00Z"}
+             for queue, mid, body in (("work.dlq", "a", b"one"), ("else.dlq", "o", b"other"))]
+    path = tmp_path / "replay-candidates.ndjson"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert amqpctl(broker, "redrive", "work.dlq", "--from-file", str(path)) == 0
+    out = capsys.readouterr().out
+    assert "Skipping 1 replay candidates of queues other than work.dlq in vhost /" in out
+    assert "1 of 1 redriven" in out
+    assert (count(channel, "work.dlq"), count(channel, "else.dlq")) == (2, 1)
+    assert wait_get(channel, "work")[2] == b"one"

@@ -120,6 +120,10 @@ def _http_error(exc: urllib.error.HTTPError, raw: bytes) -> CtlError:
     if exc.code == 401:
         return CtlError("access refused: wrong username or password", EX_NOPERM)
     if exc.code == 404:
+        # A reason of its own (which exchange is missing, say) is told as
+        # given; the bare "Not Found" is named by the caller.
+        if isinstance(reason, str) and reason.startswith("NOT_FOUND - "):
+            return CtlError(reason, EX_DATAERR)
         return CtlError("not found", EX_DATAERR)
     if exc.code == 403:
         return CtlError(f"access refused: {reason}", EX_NOPERM)
@@ -498,13 +502,19 @@ def _named(api: Api, args, exc: CtlError) -> CtlError:
     exist, else the API path that answered."""
     if str(exc) != "not found":
         return exc
+    return missing_vhost(api, args.vhost) or CtlError(f"not found: {exc.path}", exc.code)
+
+
+def missing_vhost(api: Api, vhost: str) -> CtlError | None:
+    """What every verb says of a vhost that does not exist, or None when
+    it does (or is not ours to see: then say what we know)."""
     try:
-        vhost_exists = _exists(api, f"/vhosts/{_vhost_path(args.vhost)}")
+        vhost_exists = _exists(api, f"/vhosts/{_vhost_path(vhost)}")
     except CtlError:
-        vhost_exists = True  # not ours to see: say what we know
+        vhost_exists = True
     if not vhost_exists:
-        return CtlError(f"virtual host '{args.vhost}' does not exist", EX_DATAERR)
-    return CtlError(f"not found: {exc.path}", exc.code)
+        return CtlError(f"virtual host '{vhost}' does not exist", EX_DATAERR)
+    return None
 
 
 if __name__ == "__main__":

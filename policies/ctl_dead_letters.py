@@ -2,7 +2,7 @@
 
     amqpctl list_dead_letters [-p VHOST] [QUEUE] [--reason R] [--body TEXT] ...
     amqpctl redrive [-p VHOST] QUEUE [filters] [--seq N ...] [--rate N]
-    amqpctl redrive --from-file AUDIT/replay-candidates.ndjson
+    amqpctl redrive [-p VHOST] [QUEUE] --from-file AUDIT/replay-candidates.ndjson
     amqpctl move_messages [-p VHOST] QUEUE EXCHANGE [ROUTING_KEY] [--to-uri URI] [filters]
     amqpctl delete_dead_letters [-p VHOST] QUEUE [filters]
 
@@ -11,7 +11,9 @@ with it, their messages, peeked (nothing is consumed).  The actions run as
 tasks in the broker; the verb follows the task and prints its progress.
 It exits 0 when every chosen message went, 65 when some could not (not
 found, unroutable, refused), 69 when the task failed (the other broker
-unreachable, say), as rabbitmqctl's codes go.
+unreachable, say), as rabbitmqctl's codes go.  A failure is one `Error:`
+line on stderr.  With QUEUE, --from-file redrives only that queue's lines
+(in VHOST) and says how many others it skipped.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ import time
 from collections import defaultdict
 from urllib.parse import quote, urlencode
 
+from amqp_server.remote_publisher import parse_uri
 from dlx.redrive import parse_candidates
 
-from .ctl import EX_DATAERR, EX_UNAVAILABLE, CtlError, _say, _table, _vhost_path
+from .ctl import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, CtlError, _say, _table, _vhost_path, \
+    missing_vhost
 
 FILTER_FLAGS = (("--reason", "reason"), ("--original-queue", "original_queue"),
                 ("--original-exchange", "original_exchange"), ("--since", "since"),
                 ("--until", "until"), ("--message-id", "message_id"), ("--body", "body"))
 QUEUE_COLUMNS = ["name", "why", "messages_ready", "messages_paged_out", "consumers"]
 MESSAGE_COLUMNS = ["seq", "message_id", "reason", "original_queue", "original_exchange",
-                   "died_at", "death_count", "origin", "payload_bytes"]
+                   "first_died_at", "death_count", "origin", "payload_bytes"]
 POLL_SECONDS = 0.2
 
 
@@ -44,9 +48,11 @@ def _queue_path(vhost: str, queue: str) -> str:
     return f"/queues/{_vhost_path(vhost)}/{quote(queue, safe='')}"
 
 
-def _not_found_as(exc: CtlError, what: str) -> CtlError:
+def _not_found_as(api, vhost: str, exc: CtlError, what: str) -> CtlError:
+    """A bare 404 said as what was missing: the vhost, worded as every
+    verb words it, else `what`."""
     if str(exc) == "not found":
-        return CtlError(f"{what} not found", EX_DATAERR)
+        return missing_vhost(api, vhost) or CtlError(f"{what} not found", EX_DATAERR)
     return exc
 
 
@@ -58,7 +64,7 @@ def list_dead_letters(api, args) -> None:
         try:
             rows = api.call("GET", f"/dead-letter-queues/{_vhost_path(args.vhost)}")
         except CtlError as exc:
-            raise _not_found_as(exc, f"vhost '{args.vhost}'") from None
+            raise _not_found_as(api, args.vhost, exc, f"vhost '{args.vhost}'") from None
         _table(args, QUEUE_COLUMNS, rows)
         return
     _say(args, f"Listing dead letters in queue {args.queue} of vhost {args.vhost} ...")
@@ -66,12 +72,14 @@ def list_dead_letters(api, args) -> None:
     try:
         page = api.call("GET", f"{_queue_path(args.vhost, args.queue)}/messages?{query}")
     except CtlError as exc:
-        raise _not_found_as(exc, f"queue '{args.queue}' in vhost '{args.vhost}'") from None
+        raise _not_found_as(api, args.vhost, exc,
+                            f"queue '{args.queue}' in vhost '{args.vhost}'") from None
     rows = []
     for message in page["messages"]:
         origin = message["origin"]
         rows.append({**message, "message_id": message["properties"].get("message_id"),
-                     "died_at": _time(message["died_at"]),
+                     # x-death's time: when it first died so (see README).
+                     "first_died_at": _time(message["died_at"]),
                      "origin": f"{origin['exchange'] or '(default)'} "
                                f"{','.join(origin['routing_keys'])}" if origin else None})
     _table(args, MESSAGE_COLUMNS, rows)
@@ -106,7 +114,12 @@ def redrive(api, args) -> None:
 
 
 def move_messages(api, args) -> None:
-    target = f"{args.to_uri} " if args.to_uri else ""
+    target = ""
+    if args.to_uri:
+        try:
+            target = f"on {parse_uri(args.to_uri).shown} "  # never its password
+        except ValueError as exc:
+            raise CtlError(f"--to-uri: {exc}", EX_USAGE) from None
     _say(args, f"Moving messages of queue {args.queue} in vhost {args.vhost} to exchange "
                f"'{args.exchange}' {target}...")
     body = {**_selection(args), "rate": args.rate, "exchange": args.exchange}
@@ -136,6 +149,14 @@ def _redrive_candidates(api, args) -> None:
     by_queue = defaultdict(list)
     for candidate in candidates:
         by_queue[(candidate.vhost, candidate.queue)].append(candidate)
+    if args.queue is not None:
+        wanted = (args.vhost, args.queue)
+        others = sum(len(named) for key, named in by_queue.items() if key != wanted)
+        by_queue = {wanted: by_queue[wanted]} if wanted in by_queue else {}
+        candidates = by_queue.get(wanted, [])
+        if others:
+            _say(args, f"Skipping {others} replay candidates of queues other than "
+                       f"{args.queue} in vhost {args.vhost}")
     _say(args, f"Redriving {len(candidates)} replay candidates from {args.from_file} "
                f"in {len(by_queue)} queues ...")
     worst = 0
@@ -147,7 +168,8 @@ def _redrive_candidates(api, args) -> None:
         except CtlError as exc:
             if exc.code == EX_UNAVAILABLE and "unable to reach" in str(exc):
                 raise
-            print(f"Error: {exc}", file=sys.stderr)
+            # One Error: line at the end; each queue's trouble above it.
+            print(f"{queue} in vhost {vhost}: {exc}", file=sys.stderr)
             worst = max(worst, exc.code)
     if worst:
         raise CtlError("some replay candidates were not redriven (above)", worst)
@@ -157,18 +179,20 @@ def _run(api, args, vhost: str, queue: str, action: str, body: dict) -> None:
     try:
         started = api.call("POST", f"{_queue_path(vhost, queue)}/{action}", body)
     except CtlError as exc:
-        raise _not_found_as(exc, f"queue '{queue}' in vhost '{vhost}' (or the target)") \
-            from None
+        raise _not_found_as(api, vhost, exc, f"queue '{queue}' in vhost '{vhost}'") from None
     for missing in started.get("missing", []):
         _say(args, f"not found in {queue}: message_id {missing['message_id']} "
                    f"body_sha256 {missing['body_sha256']}")
     task = _follow(api, args, started["task"])
+    summary = _summary(task, len(started.get("missing", [])))
     if args.formatter == "json":
         print(json.dumps({**task, "missing": started.get("missing", [])}))
-    else:
-        _say(args, _summary(task, len(started.get("missing", []))))
+    elif task["state"] != "failed":
+        _say(args, f"Task {task['id']} {task['state']}: {summary}")
     if task["state"] == "failed":
-        raise CtlError(f"task {task['id']} failed: {task['error']}", EX_UNAVAILABLE)
+        # One line says it all: why, and how far it got.
+        raise CtlError(f"task {task['id']} failed: {task['error']} ({summary})",
+                       EX_UNAVAILABLE)
     if task["failed"] or task["not_found"] or started.get("missing"):
         raise CtlError(f"{task['failed'] + task['not_found'] + len(started.get('missing', []))}"
                        f" of the chosen messages were not {_done_word(task['kind'])}",
@@ -201,7 +225,7 @@ def _summary(task: dict, missing: int) -> str:
         parts.append(f"{count} kept: {reason}")
     if task["duplicates"]:
         parts.append(f"{task['duplicates']} possibly duplicated")
-    return f"Task {task['id']} {task['state']}: " + ", ".join(parts)
+    return ", ".join(parts)
 
 
 # ---- parsing -------------------------------------------------------------------

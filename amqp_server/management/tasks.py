@@ -15,7 +15,11 @@ but refused by another, a task stopped while its batch waited for
 confirms) are counted as duplicates and reported.
 
 Rate limits bound how fast a redrive pushes messages back at a service
-that was failing on them a moment ago.
+that was failing on them a moment ago.  The limit holds from the first
+message: batches are as small as a tenth of a second of the rate, and each
+waits until the rate allows its last message, so a slow task is never
+more than one message ahead of rate x elapsed, and can be stopped while
+most of its messages are still where they were.
 """
 
 from __future__ import annotations
@@ -33,14 +37,15 @@ from ..broker.message import InvalidMessage, Message
 from ..broker.permissions import WRITE
 from ..broker.queue import REJECTED
 from ..errors import AMQPError
-from ..remote_publisher import AmqpUri, RemoteError, RemotePublisher
+from ..remote_publisher import CONFIRMED, RETURNED, AmqpUri, RemoteError, RemotePublisher
 from ..wire.frames import shortstr
 
 log = logging.getLogger("amqp_server.workbench")
 
 REDRIVE, MOVE, DELETE = "redrive", "move", "delete"
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
-BATCH = 100
+BATCH = 100            # messages at most per batch
+BATCH_SECONDS = 0.1    # a rate-limited batch holds this long's worth of the rate
 DEFAULT_RATE = 1000    # messages per second; 0: as fast as the targets take them
 KEPT_FINISHED = 100    # finished tasks still answered at /api/tasks
 CONFIRM_TIMEOUT = 60.0
@@ -244,17 +249,26 @@ class RemoteTarget:
         except asyncio.TimeoutError:
             pass
         for entry, future in sent:
-            if future.done() and not future.cancelled() and future.exception() is None \
-                    and future.result():
+            settled = future.result() if future.done() and not future.cancelled() \
+                and future.exception() is None else None
+            if settled == CONFIRMED:
                 outcome.safe.append(entry)
             else:
-                outcome.kept.append((entry, NACKED))
+                outcome.kept.append((entry, UNROUTABLE if settled == RETURNED else NACKED))
         unconfirmed = sum(1 for f in futures if not f.done())
         if unconfirmed or any(f.exception() is not None for f in futures if f.done()):
             # Confirms that never came: the broker may have taken them.
             outcome.duplicates += unconfirmed
             outcome.error = self.publisher.failure or "the target broker stopped confirming"
         return outcome
+
+
+def batch_size(rate: float) -> int:
+    """Messages per batch: BATCH without a limit, else a tenth of a second
+    of the rate (at least one), so the first batch does not outrun it."""
+    if rate <= 0:
+        return BATCH
+    return max(1, min(BATCH, int(rate * BATCH_SECONDS)))
 
 
 class TaskRegistry:
@@ -319,18 +333,21 @@ class TaskRegistry:
     async def _batches(self, task: Task, queue, target) -> None:
         loop = asyncio.get_running_loop()
         began = loop.time()
+        size = batch_size(task.rate)
         handled = 0
-        for start in range(0, len(task.seqs), BATCH):
+        for start in range(0, len(task.seqs), size):
+            chosen = task.seqs[start:start + size]
+            if task.rate > 0:
+                # Never ahead of the rate: the batch waits until the rate
+                # allows its last message (the first goes at once).
+                due = began + (handled + len(chosen) - 1) / task.rate
+                while due > loop.time() and not task.cancel_requested:
+                    # In short naps, so a stop is heard while waiting.
+                    await asyncio.sleep(min(due - loop.time(), BATCH_SECONDS))
             if task.cancel_requested:
                 return
             if queue.deleted:
                 raise AMQPError(404, f"queue '{task.queue}' was deleted")
-            if task.rate > 0:
-                # Never ahead of the rate: the batch waits for its time.
-                due = began + handled / task.rate
-                if due > loop.time():
-                    await asyncio.sleep(due - loop.time())
-            chosen = task.seqs[start:start + BATCH]
             handled += len(chosen)
             entries = queue.withdraw(chosen)
             task.not_found += len(chosen) - len(entries)

@@ -23,6 +23,7 @@ from aiohttp import web
 from dlx.redrive import parse_filter
 
 from ..broker.permissions import CONFIGURE
+from ..errors import NOT_FOUND, AMQPError
 from ..remote_publisher import parse_uri
 from . import workbench
 from .requests import (
@@ -185,7 +186,14 @@ async def move(request: web.Request) -> web.Response:
     else:
         target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), exchange,
                              routing_key)
-        target.check()  # 404 or 403 now, not in the task
+        try:
+            target.check()  # 404 or 403 now, not in the task
+        except AMQPError as exc:
+            if exc.code != NOT_FOUND:
+                raise
+            # The queue is there: say which exchange is not, as RabbitMQ does.
+            return web.json_response({"error": "Object Not Found", "reason": exc.reply_text},
+                                     status=404)
     seqs, missing = _chosen(request, queue, body)
     return _started(request, MOVE, vhost, queue, seqs, missing, _rate(body), target,
                     described)

@@ -492,14 +492,14 @@
         el("strong", {text: death.queue}), " ", el("span", {class: "reason", text: death.reason}),
         death.count > 1 ? ` ×${death.count}` : "", el("br"),
         el("span", {class: "muted", text: `via exchange ${death.exchange || "(AMQP default)"}, keys ` +
-          `${death.routing_keys.join(", ")}` + (death.time ? `, last at ${when(death.time)}` : "")}),
+          `${death.routing_keys.join(", ")}` + (death.time ? `, first at ${when(death.time)}` : "")}),
         death.original_expiration ? el("div", {class: "muted",
           text: `expiration was ${death.original_expiration} ms`}) : null));
     }
     if (!deaths.length && message.reason) {
       items.push(el("li", {class: "death"}, el("strong", {text: message.original_queue || "?"}),
         " ", el("span", {class: "reason", text: message.reason}),
-        message.died_at ? el("span", {class: "muted", text: " at " + when(message.died_at)}) : ""));
+        message.died_at ? el("span", {class: "muted", text: " first at " + when(message.died_at)}) : ""));
     }
     items.push(el("li", {class: "now"}, "Now in ", el("strong", {text: queue})));
     return el("ol", {class: "timeline", id: "timeline"}, ...items);
@@ -557,8 +557,8 @@
         el("label", {}, "Reason", el("select", {name: "reason", id: "filter-reason"},
           el("option", {value: "", text: "any"}), ...REASONS.map((r) => el("option", {value: r, text: r})))),
         text("original_queue", "Original queue"), text("original_exchange", "Original exchange"),
-        el("label", {}, "Died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
-        el("label", {}, "Died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
+        el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
+        el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
         text("message_id", "Message id"), text("body", "Body contains")),
       el("div", {class: "toolbar"},
         el("button", {type: "submit", id: "filter-apply", text: "Apply filter"}),
@@ -571,7 +571,7 @@
       }});
     const listing = el("table", {id: "messages"}, el("thead", {}, el("tr", {},
       el("th", {}, pickAll), ...["Seq", "Message id", "Reason", "Original queue", "Sent to",
-        "Died", "Deaths", "Bytes", "Body"].map((title) => el("th", {text: title})))), listBody);
+        "First died", "Deaths", "Bytes", "Body"].map((title) => el("th", {text: title})))), listBody);
     const pager = el("div", {class: "toolbar"},
       el("button", {type: "button", class: "secondary", id: "page-prev", text: "← Previous",
         onclick: () => { offset = Math.max(0, offset - limit); load(); }}),
