@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -95,6 +96,9 @@ class BrokerConfig:
     dead_letter_log_file_seconds: int = 3600
     dead_letter_log_retention_bytes: int = 1 << 30
     dead_letter_log_body_limit: int = 64 << 10
+    # This broker's name in every dead-letter log event (field `node`), so an
+    # audit over many brokers' logs can tell them apart.
+    node_name: str = field(default_factory=socket.gethostname)
     # Past this many ready messages (or body bytes) in memory, a queue pages
     # further persistent messages to <data_dir>/paging and reads them back as
     # its head drains; above the paging ratio of the memory watermark every

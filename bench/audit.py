@@ -58,10 +58,10 @@ def write_events(directory: Path, count: int, seed: int = 1) -> int:
         batch.append((event_head(common, moment, cause, [] if cause else ["dlq"]),
                       message.header, message.body))
         if len(batch) == CHUNK:
-            write_batch(files, batch, 64 << 10)
+            write_batch(files, batch, 64 << 10, "bench")
             batch = []
     if batch:
-        write_batch(files, batch, 64 << 10)
+        write_batch(files, batch, 64 << 10, "bench")
     files.close()
     return sum(p.stat().st_size for p in directory.iterdir())
 

@@ -18,6 +18,7 @@ import json
 # (name, type): "long", "string", "boolean", "strings" (list of string),
 # "string_map" (string -> JSON string), "deaths" (list of death structs)
 FIELDS: tuple[tuple[str, str], ...] = (
+    ("node", "string"),              # the broker that wrote it (node_name); older logs lack it
     ("time", "long"),                # µs since the epoch
     ("vhost", "string"),
     ("queue", "string"),             # where it died

@@ -84,9 +84,16 @@ def _headers(header: bytes) -> str:
     return _encode(string_map(table))
 
 
-def event_line(head: str, header: bytes, body: bytes, body_limit: int) -> str:
+def node_member(node: str) -> str:
+    """The `node` field as the JSON member every line of one writer ends with."""
+    return f'"node":{encode_basestring(node)}'
+
+
+def event_line(head: str, header: bytes, body: bytes, body_limit: int,
+               node_field: str) -> str:
     """One log line: `head` from event_head, then this message's own parts
-    (its content header and body as they were stored)."""
+    (its content header and body as they were stored), then `node_field`
+    (from node_member, encoded once per batch)."""
     props = simple_properties(header, HEADER_PREFIX)
     headers = _headers(header)
     # Property values are plain strings and numbers: JSON-encoded once for
@@ -99,4 +106,4 @@ def event_line(head: str, header: bytes, body: bytes, body_limit: int) -> str:
             f'"properties":{{{properties}}},"headers":{headers},"body_size":{len(body)},'
             f'"body_sha256":"{sha256(body).hexdigest()}",'
             f'"body":{_text(b64encode(body).decode()) if included else "null"},'
-            f'"body_included":{"true" if included else "false"}}}\n')
+            f'"body_included":{"true" if included else "false"},{node_field}}}\n')

@@ -20,11 +20,12 @@ import multiprocessing
 import os
 import pickle
 import queue
+import socket
 import threading
 import time
 from pathlib import Path
 
-from ..broker.dead_letter_events import event_line
+from ..broker.dead_letter_events import event_line, node_member
 
 log = logging.getLogger("amqp_server.storage")
 
@@ -91,13 +92,16 @@ class LogFiles:
             self._handle = None
 
 
-def write_batch(files: LogFiles, batch, body_limit: int) -> int:
-    files.write([event_line(head, header, body, body_limit) for head, header, body in batch])
+def write_batch(files: LogFiles, batch, body_limit: int, node: str) -> int:
+    """Writes the batch's lines; `node` names the broker that wrote them."""
+    node_field = node_member(node)
+    files.write([event_line(head, header, body, body_limit, node_field)
+                 for head, header, body in batch])
     return len(batch)
 
 
 def _writer_main(pipe, settings: tuple) -> None:
-    directory, file_bytes, file_seconds, retention, body_limit = settings
+    directory, file_bytes, file_seconds, retention, body_limit, node = settings
     # Behind the broker and its clients for CPU: events wait in the pipe
     # during a burst and are written when the burst is over.
     os.nice(10)
@@ -111,7 +115,7 @@ def _writer_main(pipe, settings: tuple) -> None:
             batch = pickle.loads(data)
             if batch is None:
                 break
-            write_batch(files, batch, body_limit)
+            write_batch(files, batch, body_limit, node)
     finally:
         files.close()
 
@@ -162,11 +166,14 @@ def _get(outbox: queue.SimpleQueue):
 class DeadLetterLog:
     def __init__(self, directory: str | Path, max_file_bytes: int = 64 << 20,
                  max_file_seconds: float = 3600.0, retention_bytes: int = 1 << 30,
-                 body_limit: int = 64 << 10) -> None:
+                 body_limit: int = 64 << 10, node: str | None = None) -> None:
         self.directory = Path(directory)
         self.body_limit = body_limit
-        self._settings = (str(directory), max_file_bytes, max_file_seconds, retention_bytes,
-                          body_limit)
+        # The broker's node_name (the host name by default); read when the
+        # first batch is written, so it may be set after construction.
+        self.node = node or socket.gethostname()
+        self._files_settings = (str(directory), max_file_bytes, max_file_seconds,
+                                retention_bytes)
         self._batch: list[tuple[str, bytes, bytes]] = []
         self._loop = None
         self._scheduled = False
@@ -195,8 +202,8 @@ class DeadLetterLog:
         batch, self._batch = self._batch, []
         if self._loop is None:
             if self._files is None:
-                self._files = LogFiles(*self._settings[:4])
-            write_batch(self._files, batch, self.body_limit)
+                self._files = LogFiles(*self._files_settings)
+            write_batch(self._files, batch, self.body_limit, self.node)
             return
         self._start_writer()
         self._outbox.put(batch)
@@ -206,7 +213,8 @@ class DeadLetterLog:
             return
         context = multiprocessing.get_context("spawn")
         receiver, pipe = context.Pipe(duplex=False)
-        self._process = context.Process(target=_writer_main, args=(receiver, self._settings),
+        settings = (*self._files_settings, self.body_limit, self.node)
+        self._process = context.Process(target=_writer_main, args=(receiver, settings),
                                         name="dead-letter-log", daemon=True)
         self._process.start()
         receiver.close()
