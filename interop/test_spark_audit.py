@@ -1,22 +1,19 @@
-"""The Spark audit on the dead-letter log the broker itself wrote: pika
+"""The Spark audit on the dead-letter log one broker itself wrote: pika
 produces dead letters of every reason and every drop cause, the audit's
 numbers are checked exactly against what was produced, a re-run reads
-nothing new, and a standalone Spark cluster on loopback gives the same
-output as local mode.
+nothing new, the replay file names exactly the messages to move back, and
+a broker without dead letters yet is "0 dead letters".
 
-One SparkSession serves every local run (session-scoped fixture)."""
+One SparkSession serves every local run (session-scoped fixture); the fleet,
+the standalone cluster and Spark Connect are in test_spark_fleet.py."""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pika
@@ -29,9 +26,10 @@ from .waiting import wait_get
 
 pyspark = pytest.importorskip("pyspark")
 
-from spark.audit import parser, run  # noqa: E402
-from spark.compact import log_files  # noqa: E402
+from spark.audit import main, parser  # noqa: E402
+from spark.job import run  # noqa: E402
 from spark.session import build_session  # noqa: E402
+from spark.sources import local_sources  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +37,18 @@ def spark():
     session = build_session(conf={"spark.default.parallelism": "2"})
     yield session
     session.stop()
+
+
+@contextmanager
+def running_broker(data_dir: Path, node: str):
+    """A broker on `data_dir` whose dead-letter events name `node`."""
+    config = BrokerConfig(port=0, management_port=0, node_name=node)
+    with BrokerThread(config, data_dir=str(data_dir)) as broker:
+        # broker.py does not hand config.node_name to the dead-letter log yet
+        # (the issue's report names the one line it needs); until it does,
+        # the test passes it on before anything dies.
+        broker.call(setattr, broker.broker.dead_letter_log, "node", node)
+        yield broker
 
 
 def publish(channel, queue: str, body: str, **props) -> None:
@@ -64,15 +74,19 @@ def wait_depth(channel, queue: str, count: int, timeout: float = 5.0) -> None:
     assert queue_depth(channel, queue) == count, queue
 
 
+def declare_dlq(channel) -> None:
+    channel.exchange_declare("dlx", "fanout")
+    channel.queue_declare("dlq")
+    channel.queue_bind("dlq", "dlx")
+
+
 def produce_every_death(url: str) -> None:
     """3 rejected, 2 expired, 2 maxlen, 1 delivery_limit dead-lettered; drops:
     no_dlx, dlx_missing, no_route, target_full once each, and a message that
     expires in c1, then in c2, whose way back to c1 closes a cycle (dropped)."""
     conn = pika.BlockingConnection(pika.URLParameters(url))
     ch = conn.channel()
-    ch.exchange_declare("dlx", "fanout")
-    ch.queue_declare("dlq")
-    ch.queue_bind("dlq", "dlx")
+    declare_dlq(ch)
     now = int(time.time())
     ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
     for n in range(3):
@@ -116,45 +130,52 @@ def produce_every_death(url: str) -> None:
     conn.close()
 
 
+def reject_once_more(url: str, body: str) -> None:
+    """One more rejected message, after a restart (a new log file)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    declare_dlq(ch)
+    ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+    publish(ch, "orders", body)
+    reject_all(ch, "orders", 1)
+    assert wait_get(ch, "dlq", timeout=0.01)[0] is not None  # drained: not a candidate
+    conn.close()
+
+
 EXPECTED = {
-    "events": 3 + 2 + 2 + 1 + 4 + 2,
-    "dead_lettered": 3 + 2 + 2 + 1 + 1,
+    "events": 3 + 2 + 2 + 1 + 4 + 2 + 1,
+    "dead_lettered": 3 + 2 + 2 + 1 + 1 + 1,
     "dropped": 4 + 1,
-    "by_reason": {"rejected": 3 + 4, "expired": 2 + 2, "maxlen": 2, "delivery_limit": 1},
+    "by_reason": {"rejected": 3 + 4 + 1, "expired": 2 + 2, "maxlen": 2, "delivery_limit": 1},
     "drops_by_cause": {"no_dlx": 1, "dlx_missing": 1, "no_route": 1, "cycle": 1,
                        "target_full": 1},
-    "messages": 3 + 2 + 2 + 1 + 4 + 1,
+    "messages": 3 + 2 + 2 + 1 + 4 + 1 + 1,
     "cycled_messages": 1,
     "queues": 10,
+    "nodes": 1,
 }
 
 
-@pytest.fixture(scope="module")
-def broker_data():
-    """A data directory whose dead-letter log holds every kind of death, in
-    two files (the broker restarted in between: the first file is sealed)."""
-    path = tempfile.mkdtemp(prefix="amqp-audit-")
-    config = BrokerConfig(port=0, management_port=0)
-    with BrokerThread(config, data_dir=path) as broker:
+def write_broker_log(data_dir: Path, node: str) -> None:
+    """Every kind of death, in two files (the broker restarted in between:
+    the first file is sealed)."""
+    with running_broker(data_dir, node) as broker:
         produce_every_death(broker.url)
-    with BrokerThread(config, data_dir=path) as broker:
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        ch = conn.channel()
-        ch.exchange_declare("dlx", "fanout")
-        ch.queue_declare("dlq")
-        ch.queue_bind("dlq", "dlx")
-        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
-        publish(ch, "orders", "after-restart")
-        reject_all(ch, "orders", 1)
-        assert wait_get(ch, "dlq", timeout=0.01)[0] is not None
-        conn.close()
-    yield Path(path)
-    shutil.rmtree(path, ignore_errors=True)
+    with running_broker(data_dir, node) as broker:
+        reject_once_more(broker.url, "after-restart")
 
 
-def audit(spark, data_dir: Path, out: Path, *extra: str) -> dict:
-    args = parser().parse_args(["--data-dir", str(data_dir), "--out", str(out), *extra])
-    return run(spark, args)
+@pytest.fixture(scope="module")
+def broker_data(tmp_path_factory):
+    path = tmp_path_factory.mktemp("audit") / "broker-a"
+    write_broker_log(path, "broker-a")
+    return path
+
+
+def audit(spark, data_dir, out: Path, *extra: str) -> dict:
+    dirs = data_dir if isinstance(data_dir, list) else [data_dir]
+    argv = [arg for d in dirs for arg in ("--data-dir", str(d))]
+    return run(spark, parser().parse_args([*argv, "--out", str(out), *extra]))
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -163,14 +184,11 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_path):
-    assert len(log_files(broker_data)) == 2
+    (source,), _ = local_sources([str(broker_data)])
+    assert len(source.files) == 2
     summary = audit(spark, broker_data, tmp_path, "--replay-candidates")
     written = json.loads((tmp_path / "summary.json").read_text())
-    expected = dict(EXPECTED, events=EXPECTED["events"] + 1,
-                    dead_lettered=EXPECTED["dead_lettered"] + 1,
-                    messages=EXPECTED["messages"] + 1)
-    expected["by_reason"] = dict(EXPECTED["by_reason"], rejected=8)
-    for key, value in expected.items():
+    for key, value in EXPECTED.items():
         assert written[key] == value, key
     assert summary["_run"]["compacted_files"] == 1
     assert written["replay_candidates"] == 2 + 2  # the expired and maxlen ones
@@ -192,12 +210,8 @@ def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_
     assert first_last[("c1", "c2")] == 1 and first_last[("c1", "c1")] == 1
     ttd = read_csv(tables / "time_to_death.csv")
     assert sum(int(r["events"]) for r in ttd) == 3  # only the stamped ones
-    replay = read_csv(tables / "replay_candidates.csv")
-    assert {r["message_id"] for r in replay} == {"expired-0", "expired-1", "maxlen-0",
-                                                 "maxlen-1"}
-    assert {r["original_routing_keys"] for r in replay} == {"quotes", "bounded"}
-    top = read_csv(tables / "top_poison.csv")
-    assert top[0]["message"] == "cycling" and top[0]["deaths"] == "2"
+    (node,) = read_csv(tables / "by_node.csv")
+    assert node["node"] == "broker-a" and node["events"] == str(EXPECTED["events"])
     by_exchange = read_csv(tables / "by_exchange.csv")
     assert sum(int(r["events"]) for r in by_exchange) == written["events"]
     for name in ("over_time", "by_queue_reason", "delivery_counts"):
@@ -205,7 +219,42 @@ def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_
         assert spark.read.parquet(str(tables / f"{name}.parquet")).count() == len(
             read_csv(tables / f"{name}.csv"))
     page = (tmp_path / "report.html").read_text()
-    assert page.count("data:image/png;base64,") >= 3 and "cycling" in page
+    assert page.count("data:image/png;base64,") >= 4 and "cycling" in page
+    assert "Dead-letter audit: 15 dead letters" in page
+
+
+def test_top_poison_lists_only_messages_that_died_more_than_once(spark, broker_data,
+                                                                 tmp_path):
+    audit(spark, broker_data, tmp_path)
+    (top,) = read_csv(tmp_path / "tables" / "top_poison.csv")
+    assert top["message"] == "cycling" and top["deaths"] == "2" and top["events"] == "2"
+    assert top["queues"] == "c1; c2" and top["reasons"] == "expired"
+    assert top["nodes"] == "broker-a"
+    assert "died twice or more" in (tmp_path / "report.html").read_text()
+
+
+def test_replay_file_names_each_message_and_the_queue_it_waits_in(spark, broker_data,
+                                                                   tmp_path):
+    audit(spark, broker_data, tmp_path, "--replay-candidates")
+    lines = [json.loads(line) for line in
+             (tmp_path / "replay-candidates.ndjson").read_text().splitlines()]
+    assert sorted(line["message_id"] for line in lines) == [
+        "expired-0", "expired-1", "maxlen-0", "maxlen-1"]
+    expired = next(line for line in lines if line["message_id"] == "expired-0")
+    assert set(expired) == {"node", "vhost", "queue", "message_id", "body_sha256", "died_in",
+                            "reason", "exchange", "routing_keys", "time"}
+    assert expired["node"] == "broker-a" and expired["vhost"] == "/"
+    assert expired["queue"] == "dlq" and expired["died_in"] == "quotes"
+    assert expired["reason"] == "expired"
+    assert expired["exchange"] == "" and expired["routing_keys"] == ["quotes"]
+    assert expired["time"].endswith("+00:00")
+    import hashlib
+    assert expired["body_sha256"] == hashlib.sha256(b"expired-0").hexdigest()
+    table = read_csv(tmp_path / "tables" / "replay_candidates.csv")
+    assert {r["message_id"] for r in table} == {line["message_id"] for line in lines}
+    # Without the flag, no file from an earlier run is left behind.
+    audit(spark, broker_data, tmp_path)
+    assert not (tmp_path / "replay-candidates.ndjson").exists()
 
 
 def test_rerun_reads_only_what_is_new_and_counts_nothing_twice(spark, broker_data, tmp_path):
@@ -214,6 +263,7 @@ def test_rerun_reads_only_what_is_new_and_counts_nothing_twice(spark, broker_dat
     assert again["_run"]["compacted_files"] == 0
     assert {k: v for k, v in first.items() if k != "_run"} == \
         {k: v for k, v in again.items() if k != "_run"}
+    assert (broker_data / "dead-letters-parquet" / "events" / "node=broker-a").is_dir()
 
 
 def test_filters(spark, broker_data, tmp_path):
@@ -221,120 +271,52 @@ def test_filters(spark, broker_data, tmp_path):
     assert only_orders["events"] == 4 and only_orders["by_reason"]["rejected"] == 4
     other_vhost = audit(spark, broker_data, tmp_path / "v", "--vhost", "other")
     assert other_vhost["events"] == 0
-    future = audit(spark, broker_data, tmp_path / "f", "--since", "2999-01-01")
-    assert future["events"] == 0
-    past = audit(spark, broker_data, tmp_path / "p", "--until", "2000-01-01")
-    assert past["events"] == 0
+    assert other_vhost["notes"] == ["0 dead letters match the filters"]
+    assert audit(spark, broker_data, tmp_path / "n", "--node", "broker-a")["events"] == 15
+    window = audit(spark, broker_data, tmp_path / "w", "--since", "2000-01-01",
+                   "--until", "2000-01-02")
+    assert window["events"] == 0
 
 
-def test_bad_flags_get_clear_errors(tmp_path, capsys):
-    from spark.audit import main
+def test_a_broker_that_has_not_dead_lettered_yet_is_zero_dead_letters(spark, tmp_path):
+    fresh = tmp_path / "fresh"
+    with running_broker(fresh, "fresh"):
+        pass
+    assert not (fresh / "dead-letters").exists()
+    summary = audit(spark, fresh, tmp_path / "out")
+    assert summary["events"] == 0 and summary["messages"] == 0
+    assert any("no dead letters yet" in note for note in summary["notes"])
+    assert "0 dead letters" in (tmp_path / "out" / "report.html").read_text()
+    assert read_csv(tmp_path / "out" / "tables" / "by_queue_reason.csv") == []
+
+
+def test_logs_from_before_the_node_field_take_their_data_directory_name(spark, broker_data,
+                                                                        tmp_path):
+    legacy = tmp_path / "legacy-broker"
+    shutil.copytree(broker_data / "dead-letters", legacy / "dead-letters")
+    for path in (legacy / "dead-letters").iterdir():
+        events = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({k: v for k, v in event.items() if k != "node"})
+                                + "\n" for event in events))
+    summary = audit(spark, legacy, tmp_path / "out")
+    assert summary["events"] == EXPECTED["events"]
+    (node,) = read_csv(tmp_path / "out" / "tables" / "by_node.csv")
+    assert node["node"] == "legacy-broker"
+    assert (legacy / "dead-letters-parquet" / "events" / "node=legacy-broker").is_dir()
+
+
+def test_bad_input_gets_clear_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         parser().parse_args(["--data-dir", "x", "--out", "y", "--since", "yesterday"])
     assert info.value.code == 2
     assert "'yesterday' is not a date or time" in capsys.readouterr().err
-    assert main(["--data-dir", str(tmp_path), "--out", str(tmp_path / "o")]) == 66
-    assert "no dead-letter log" in capsys.readouterr().err
-
-
-# ---- a standalone cluster on loopback ------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"nothing listening on {port}")
-
-
-@pytest.fixture
-def standalone_cluster(tmp_path):
-    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
-               SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable)
-    port = _free_port()
-    master = subprocess.Popen(
-        [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(_free_port())],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = None
-    try:
-        _wait_port(port)
-        url = f"spark://127.0.0.1:{port}"
-        worker = subprocess.Popen(
-            [str(spark_class), "org.apache.spark.deploy.worker.Worker", url,
-             "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-             "--webui-port", str(_free_port())],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        yield url
-    finally:
-        for process in (worker, master):
-            if process is not None:
-                process.terminate()
-                try:
-                    process.wait(20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-
-
-def test_standalone_cluster_gives_the_same_output(spark, broker_data, tmp_path,
-                                                  standalone_cluster):
-    local = tmp_path / "local"
-    audit(spark, broker_data, local, "--replay-candidates")
-    cluster = tmp_path / "cluster"
-    result = subprocess.run(
-        [sys.executable, "-m", "spark.audit", "--data-dir", str(broker_data),
-         "--out", str(cluster), "--master", standalone_cluster, "--replay-candidates",
-         "--quiet", "--conf", "spark.executor.memory=512m"],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((local / "summary.json").read_text()) == \
-        json.loads((cluster / "summary.json").read_text())
-    names = sorted(p.name for p in (local / "tables").glob("*.csv"))
-    assert names == sorted(p.name for p in (cluster / "tables").glob("*.csv"))
-    for name in names:
-        assert (local / "tables" / name).read_text() == (cluster / "tables" / name).read_text()
-
-
-@pytest.fixture
-def connect_server(tmp_path):
-    sbin = Path(pyspark.__file__).parent / "sbin"
-    port = _free_port()
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
-               SPARK_PID_DIR=str(tmp_path / "pids"), SPARK_IDENT_STRING="audit-test",
-               SPARK_HOME=str(sbin.parent))
-    subprocess.run([str(sbin / "start-connect-server.sh"),
-                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                    "--conf", f"spark.connect.grpc.binding.port={port}",
-                    "--conf", "spark.ui.enabled=false"],
-                   env=env, check=True, capture_output=True, timeout=60)
-    try:
-        _wait_port(port)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, capture_output=True,
-                       timeout=60)
-
-
-def test_spark_connect_gives_the_same_output(spark, broker_data, tmp_path, connect_server):
-    local = tmp_path / "local"
-    audit(spark, broker_data, local)
-    remote = tmp_path / "remote"
-    result = subprocess.run(
-        [sys.executable, "-m", "spark.audit", "--data-dir", str(broker_data),
-         "--out", str(remote), "--remote", connect_server, "--quiet"],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((local / "summary.json").read_text()) == \
-        json.loads((remote / "summary.json").read_text())
-    for path in sorted((local / "tables").glob("*.csv")):
-        assert path.read_text() == (remote / "tables" / path.name).read_text(), path.name
+    missing = tmp_path / "no-such-dir"
+    assert main(["--data-dir", str(missing), "--out", str(tmp_path / "o"), "--quiet"]) == 66
+    assert f"no such data directory: {missing}" in capsys.readouterr().err
+    assert main(["--data-dir", str(tmp_path / "nothing-*"), "--out", str(tmp_path / "o"),
+                 "--quiet"]) == 66
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    assert main(["--data-dir", str(tmp_path / "one"), "--data-dir", str(tmp_path / "two"),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "give --parquet-dir" in capsys.readouterr().err

@@ -1,28 +1,33 @@
-"""`amqp-dlq-audit`: what died, where, why, and what to replay.
+"""`amqp-dlq-audit`: what died, where, why, and what to replay, for one
+broker or a fleet.
 
     amqp-dlq-audit --data-dir ./amqp-data --out ./audit
+    amqp-dlq-audit --data-dir '/srv/brokers/*/data' --parquet-dir /shared/dlq --out ./audit
 
-reads the dead-letter log the broker wrote under `--data-dir` (compacting
-sealed files to Parquet first, so a re-run reads only what is new) and
-writes report.html, summary.json and every table as Parquet and CSV under
-`--out`.  Local mode by default; `--master spark://host:7077` or
+reads the dead-letter logs the brokers wrote under each `--data-dir`
+(compacting sealed files to Parquet first, so a re-run reads only what is
+new) and writes report.html, summary.json and every table as Parquet and
+CSV under `--out`.  Local mode by default; `--master spark://host:7077` or
 `--remote sc://host:15002` for a cluster.
+
+This module imports nothing but the standard library until the arguments
+are read, so `--help` and the message about a missing `audit` extra work
+without Spark installed.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
-from . import report, tables
-from .compact import compact, read_events
-
 EXIT_USAGE = 2
 EXIT_NO_LOG = 66  # rabbitmqctl's EX_NOINPUT
+EXIT_NO_EXTRA = 69  # EX_UNAVAILABLE
+# What the `audit` extra brings; an ImportError naming another module is a bug.
+EXTRA_MODULES = ("pyspark", "py4j", "pyarrow", "pandas", "grpc", "matplotlib", "rich")
+INSTALL_HINT = "pip install 'amqp-server[audit]'"
 
 
 def _moment(text: str) -> datetime:
@@ -43,86 +48,71 @@ def _conf(text: str) -> tuple[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="amqp-dlq-audit", description=__doc__.split("\n")[0])
-    p.add_argument("--data-dir", required=True, type=Path,
-                   help="the broker's data directory (its dead-letters/ log is read)")
+    p.add_argument("--data-dir", required=True, action="append", metavar="DIR",
+                   help="a broker's data directory (its dead-letters/ log is read); "
+                        "repeatable, a glob, or a URI Spark reads (file://, hdfs://, s3a://)")
     p.add_argument("--out", required=True, type=Path, help="where the report and tables go")
-    p.add_argument("--warehouse", type=Path,
-                   help="compacted Parquet and its checkpoint (default: "
+    p.add_argument("--parquet-dir", "--warehouse", dest="parquet_dir", metavar="DIR",
+                   help="the compacted Parquet dataset and its checkpoint, partitioned by "
+                        "node and day; a path or a URI (default, for one data directory: "
                         "<data-dir>/dead-letters-parquet)")
     p.add_argument("--since", type=_moment, help="only events at or after this time (UTC)")
     p.add_argument("--until", type=_moment, help="only events before this time (UTC)")
     p.add_argument("--vhost", help="only this virtual host")
     p.add_argument("--queue", help="only messages that died in this queue")
+    p.add_argument("--node", help="only this broker (its node_name)")
+    p.add_argument("--by-node", action="store_true",
+                   help="split every table and chart by broker (node)")
     p.add_argument("--replay-candidates", action="store_true",
                    help="also write the messages safe to move back, with their original "
-                        "exchange and routing keys")
+                        "exchange and routing keys (replay-candidates.ndjson, for "
+                        "`amqpctl redrive --from-file`)")
     p.add_argument("--no-compact", action="store_true", help="read the log as it is")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--master", help="a Spark master URL (default local[*])")
     where.add_argument("--remote", help="a Spark Connect URL, sc://host:port")
     p.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting, e.g. spark.driver.memory=4g (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="no summary on the terminal")
+    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
     return p
 
 
-def run(spark, args) -> dict:
-    """The whole audit on an existing session; returns the summary."""
-    data_dir: Path = args.data_dir
-    warehouse: Path = args.warehouse or data_dir / "dead-letters-parquet"
-    out: Path = args.out
-    started = time.monotonic()
-    compacted = 0 if args.no_compact else compact(spark, data_dir, warehouse)
-    filters = tables.Filters(args.since, args.until, args.vhost, args.queue)
-    events = tables.prepare(filters.apply(read_events(spark, data_dir, warehouse))).cache()
-    summary = tables.summary(events)
-    unit = tables.bucket_unit(summary.pop("first_event_micros"),
-                              summary.pop("last_event_micros"))
-    frames = {"over_time": tables.over_time(events, unit)}
-    frames.update({name: build(events) for name, build in tables.TABLES.items()})
-    if args.replay_candidates:
-        frames["replay_candidates"] = tables.replay_candidates(events)
-    table_dir = out / "tables"
-    if table_dir.exists():
-        shutil.rmtree(table_dir)
-    table_dir.mkdir(parents=True)
-    collected: dict[str, report.Table] = {}
-    for name, frame in frames.items():
-        rows = frame.collect()  # small aggregates, computed once
-        (spark.createDataFrame(rows, frame.schema).coalesce(1)
-         .write.mode("overwrite").parquet(str(table_dir / f"{name}.parquet")))
-        collected[name] = report.Table(frame.columns, [tuple(row) for row in rows])
-        report.write_csv(table_dir / f"{name}.csv", collected[name])
-    events.unpersist()
-    if args.replay_candidates:
-        summary["replay_candidates"] = len(collected["replay_candidates"].rows)
-    summary["bucket"] = unit
-    summary["filters"] = {"since": _text(args.since), "until": _text(args.until),
-                          "vhost": args.vhost, "queue": args.queue}
-    report.write_summary(out / "summary.json", summary)
-    (out / "report.html").write_text(report.render_html(summary, collected))
-    summary["_run"] = {"compacted_files": compacted,
-                       "seconds": round(time.monotonic() - started, 3)}
-    return summary
-
-
-def _text(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
+def _fail(message: str, code: int) -> int:
+    print(f"amqp-dlq-audit: {message}", file=sys.stderr)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    log_dir = args.data_dir / "dead-letters"
-    if not log_dir.is_dir():
-        print(f"amqp-dlq-audit: no dead-letter log in {args.data_dir} (expected "
-              f"{log_dir}); is it the broker's --data-dir?", file=sys.stderr)
-        return EXIT_NO_LOG
+    try:
+        from . import job, report
+        from .progress import Progress
+        from .session import build_session
+        from .sources import DataDirError, is_uri, local_sources, unique
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in EXTRA_MODULES:
+            raise
+        return _fail(f"needs the audit extra ({exc.name} is missing): {INSTALL_HINT}",
+                     EXIT_NO_EXTRA)
+    progress = Progress(quiet=args.quiet)
+    try:
+        # Plain paths are checked before Spark starts: a typo fails at once.
+        sources, _ = local_sources([spec for spec in args.data_dir if not is_uri(spec)])
+        if not any(is_uri(spec) for spec in args.data_dir):
+            job.check_parquet_dir(args, unique(sources))
+    except DataDirError as exc:
+        return _fail(str(exc), EXIT_NO_LOG)
+    except job.UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     args.out.mkdir(parents=True, exist_ok=True)
-    from .session import build_session
-
+    progress("starting Spark")
     spark = build_session(args.master, args.remote, dict(args.conf))
     try:
-        summary = run(spark, args)
+        summary = job.run(spark, args, progress)
+    except DataDirError as exc:
+        return _fail(str(exc), EXIT_NO_LOG)
+    except job.UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     finally:
         spark.stop()
     if not args.quiet:

@@ -1,94 +1,98 @@
-"""Incremental compaction of the dead-letter log to Parquet, and reading
-the whole log back: Parquet for what was compacted, JSON for the rest.
+"""Incremental compaction of the brokers' dead-letter logs into one Parquet
+dataset, and reading every event back: Parquet for what was compacted, JSON
+for the rest.
 
-The broker writes one NDJSON file at a time; every file but the newest is
-sealed and can be compacted.  A checkpoint in the warehouse lists the files
-compacted so far and the batches written for them: rows of a batch the
-checkpoint does not name (a run that died between writing and committing)
-are ignored, so a re-run never counts an event twice and reads only what is
-new.  Parquet is zstd-compressed and partitioned by day.
+A broker writes one log file at a time; every file but its newest is sealed
+and can be compacted.  Each run compacts the sealed files the checkpoint
+does not list yet, broker by broker, into `--parquet-dir/events/`
+(zstd, partitioned by node and day), so a re-run reads only what is new and
+a filter on a node or a time range reads only those partitions.
+
+Events written before brokers wrote `node` get the name of their data
+directory (LogSource.name), here and in the dataset alike.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .schema import EVENT_SCHEMA
+from . import checkpoint
+from .checkpoint import Checkpoint
+from .derived import with_derived
+from .schema import COMPACTED_SCHEMA, EVENT_SCHEMA, EVENTS_SCHEMA, PARTITIONS
+from .sources import LogSource
 
-LOG_DIR = "dead-letters"
-LOG_SUFFIX = ".ndjson"
-CHECKPOINT = "_checkpoint.json"
 EVENTS = "events"
 
 
-@dataclass
-class Checkpoint:
-    files: list[str] = field(default_factory=list)
-    batches: list[str] = field(default_factory=list)
-
-    @classmethod
-    def load(cls, warehouse: Path) -> "Checkpoint":
-        path = warehouse / CHECKPOINT
-        if not path.exists():
-            return cls()
-        data = json.loads(path.read_text())
-        return cls(list(data.get("files", [])), list(data.get("batches", [])))
-
-    def save(self, warehouse: Path) -> None:
-        warehouse.mkdir(parents=True, exist_ok=True)
-        temporary = warehouse / (CHECKPOINT + ".tmp")
-        temporary.write_text(json.dumps({"files": self.files, "batches": self.batches}))
-        os.replace(temporary, warehouse / CHECKPOINT)  # atomic: the commit point
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
-def log_files(data_dir: Path) -> list[Path]:
-    """The log's files, oldest first (their names sort by time)."""
-    return sorted((data_dir / LOG_DIR).glob(f"*{LOG_SUFFIX}"))
-
-
-def read_json(spark: SparkSession, files: list[Path]) -> DataFrame:
-    if not files:
-        return spark.createDataFrame([], EVENT_SCHEMA)
+def read_json(spark: SparkSession, source: LogSource, files: list[str]) -> DataFrame:
+    """These files of one broker's log as events, each with its node and
+    the derived columns."""
     # A line the writer is still appending is malformed for now: skipped.
-    return (spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED")
-            .json([str(path) for path in files]))
+    events = spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED").json(files)
+    return with_derived(events.withColumn("node", F.coalesce(F.col("node"),
+                                                             F.lit(source.name))))
 
 
-def compact(spark: SparkSession, data_dir: Path, warehouse: Path) -> int:
-    """Compact the sealed files not compacted yet; returns how many."""
-    checkpoint = Checkpoint.load(warehouse)
-    done = set(checkpoint.files)
-    sealed = log_files(data_dir)[:-1]
-    todo = [path for path in sealed if path.name not in done]
+def _union(spark: SparkSession, frames: list[DataFrame]) -> DataFrame:
+    if not frames:
+        return spark.createDataFrame([], EVENTS_SCHEMA)
+    return reduce(DataFrame.unionByName, frames)
+
+
+def to_compact(sources: list[LogSource], done: Checkpoint) -> list[tuple[LogSource, list[str]]]:
+    """Per broker, its sealed files that are not in the dataset yet."""
+    todo = []
+    for source in sources:
+        compacted = done.compacted(source.data_dir)
+        files = [path for path in source.sealed if _name(path) not in compacted]
+        if files:
+            todo.append((source, files))
+    return todo
+
+
+def compact(spark: SparkSession, parquet_dir: str,
+            todo: list[tuple[LogSource, list[str]]], done: Checkpoint) -> Checkpoint:
+    """Appends these files' events as one batch, then commits it; returns
+    the checkpoint with the batch in it."""
     if not todo:
-        return 0
-    batch = uuid.uuid4().hex
-    (read_json(spark, todo)
-     .withColumn("batch", F.lit(batch))
-     .withColumn("day", F.to_date(F.timestamp_micros("time")))
-     .write.mode("append").partitionBy("day").option("compression", "zstd")
-     .parquet(str(warehouse / EVENTS)))
-    checkpoint.files.extend(path.name for path in todo)
-    checkpoint.batches.append(batch)
-    checkpoint.save(warehouse)
-    return len(todo)
+        return done
+    batches = [uuid.uuid4().hex for _ in todo]  # one per broker
+    events = _union(spark, [read_json(spark, source, files).withColumn("batch", F.lit(batch))
+                            for (source, files), batch in zip(todo, batches)])
+    (events.withColumn("day", F.to_date(F.timestamp_micros("time")))
+     .write.mode("append").partitionBy(*PARTITIONS).option("compression", "zstd")
+     .parquet(f"{parquet_dir}/{EVENTS}"))
+    entries = [(source.data_dir, _name(path), batch)
+               for (source, files), batch in zip(todo, batches) for path in files]
+    checkpoint.commit(spark, parquet_dir, entries)
+    return Checkpoint(done.entries + tuple(entries))
 
 
-def read_events(spark: SparkSession, data_dir: Path, warehouse: Path) -> DataFrame:
-    """Every event: compacted Parquet plus the JSON not compacted yet."""
-    checkpoint = Checkpoint.load(warehouse)
-    done = set(checkpoint.files)
-    pending = read_json(spark, [p for p in log_files(data_dir) if p.name not in done])
-    if not checkpoint.batches:
-        return pending
-    compacted = (spark.read.parquet(str(warehouse / EVENTS))
-                 .where(F.col("batch").isin(checkpoint.batches))
-                 .select(*EVENT_SCHEMA.fieldNames()))
-    return compacted.unionByName(pending)
+def read_events(spark: SparkSession, sources: list[LogSource], parquet_dir: str,
+                done: Checkpoint, partitions=None) -> DataFrame:
+    """Every event with its derived columns: the compacted Parquet (only the
+    partitions `partitions` keeps, when given) and the JSON not compacted
+    yet; Spark then reads only the columns a query uses."""
+    frames = []
+    for source in sources:
+        compacted = done.compacted(source.data_dir)
+        files = [path for path in source.files if _name(path) not in compacted]
+        if files:
+            frames.append(read_json(spark, source, files))
+    batches = done.batches([source.data_dir for source in sources])
+    if batches:
+        parquet = spark.read.schema(COMPACTED_SCHEMA).parquet(f"{parquet_dir}/{EVENTS}")
+        if partitions is not None:
+            parquet = partitions(parquet)
+        frames.append(parquet.where(F.col("batch").isin(batches))
+                      .select(*EVENTS_SCHEMA.fieldNames()))
+    return _union(spark, frames)

@@ -1,10 +1,9 @@
 """The audit's outputs from collected (small) tables: a self-contained
-report.html with inlined PNG charts, CSV files and the terminal summary.
-Nothing here touches Spark."""
+report.html with inlined PNG charts, CSV files, summary.json and the
+terminal summary.  Nothing here touches Spark."""
 
 from __future__ import annotations
 
-import base64
 import csv
 import html
 import io
@@ -12,25 +11,28 @@ import json
 from datetime import date, datetime
 from pathlib import Path
 
-import matplotlib
+from rich.console import Console
+from rich.table import Table as RichTable
 
-matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
+from dlx.deaths import REASONS
 
-REASON_COLOURS = {"rejected": "#d62728", "expired": "#ff7f0e", "maxlen": "#9467bd",
-                  "delivery_limit": "#1f77b4"}
+from . import charts
+
 TITLES = {
     "over_time": "Dead letters over time, by reason",
-    "by_queue_reason": "By queue and reason",
+    "by_node": "By broker (node) and reason",
+    "by_queue_reason": "By queue, split by reason",
     "by_exchange": "By exchange (the one it was last published to)",
-    "top_poison": "Top poison messages (by message-id, else body digest), ranked by deaths",
+    "top_poison": "Top poison messages: died twice or more (x-death total or deaths in the "
+                  "log), by message-id, else body digest; most deaths first, at most 100",
     "cycles": "Messages that cycled, with their path (first death first)",
     "time_to_death": "Time from publish (timestamp property) to death",
     "delivery_counts": "Deaths so far and quorum delivery counts",
     "reasons_per_queue": "Expired against rejected, per queue",
     "first_to_last": "First-death queue to the queue it died in last",
     "drops": "Dead letters that went nowhere, by cause",
-    "replay_candidates": "Safe to move back (first death, transient reason, no cycle)",
+    "replay_candidates": "Safe to move back (died once, transient reason, in a dead-letter "
+                         "queue now); also in replay-candidates.ndjson",
 }
 
 
@@ -38,6 +40,9 @@ class Table:
     def __init__(self, columns: list[str], rows: list[tuple]) -> None:
         self.columns = columns
         self.rows = rows
+
+    def dicts(self) -> list[dict]:
+        return [dict(zip(self.columns, row)) for row in self.rows]
 
 
 def cell(value) -> str:
@@ -64,43 +69,6 @@ def write_summary(path: Path, summary: dict) -> None:
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-# ---- charts -------------------------------------------------------------------
-
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode()
-
-
-def chart_over_time(table: Table) -> str | None:
-    if not table.rows:
-        return None
-    buckets = sorted({row[0] for row in table.rows})
-    figure, axes = plt.subplots(figsize=(9, 3.2))
-    bottom = [0] * len(buckets)
-    for reason, colour in REASON_COLOURS.items():
-        counts = {row[0]: row[2] for row in table.rows if row[1] == reason}
-        values = [counts.get(bucket, 0) for bucket in buckets]
-        if any(values):
-            axes.bar([cell(b) for b in buckets], values, bottom=bottom, color=colour,
-                     label=reason)
-            bottom = [a + b for a, b in zip(bottom, values)]
-    axes.set_ylabel("dead letters")
-    axes.legend(fontsize=8)
-    axes.tick_params(axis="x", labelrotation=45, labelsize=7)
-    return _png(figure)
-
-
-def chart_bars(labels: list[str], values: list[int], xlabel: str) -> str | None:
-    if not labels:
-        return None
-    figure, axes = plt.subplots(figsize=(7, 0.35 * len(labels) + 1))
-    axes.barh(labels[::-1], values[::-1], color="#4c72b0")
-    axes.set_xlabel(xlabel)
-    return _png(figure)
-
-
 # ---- the HTML report -------------------------------------------------------------
 
 _STYLE = """
@@ -111,6 +79,7 @@ th{background:#f2f2f2} td.n{text-align:right}
 .headline{display:flex;gap:2em;flex-wrap:wrap}
 .headline div{background:#f7f7f7;padding:.6em 1em;border-radius:6px}
 .headline b{display:block;font-size:1.6em}
+.note{background:#fff6d5;padding:.6em 1em;border-radius:6px}
 """
 MAX_HTML_ROWS = 200
 
@@ -134,62 +103,56 @@ def _img(png: str | None) -> str:
     return f'<img alt="chart" src="data:image/png;base64,{png}">' if png else ""
 
 
+def _charts(tables: dict[str, Table]) -> dict[str, str | None]:
+    rows = {name: table.dicts() for name, table in tables.items()}
+    return {
+        "over_time": charts.over_time(rows["over_time"]),
+        "by_node": charts.by_node(rows["by_node"], REASONS),
+        "by_queue_reason": charts.by_queue_reason(rows["by_queue_reason"]),
+        "drops": charts.drops(rows["drops"]),
+        "time_to_death": charts.time_to_death(rows["time_to_death"]),
+    }
+
+
+def headline(summary: dict) -> str:
+    events = summary["events"]
+    return f"{events} dead letter{'' if events == 1 else 's'}"
+
+
 def render_html(summary: dict, tables: dict[str, Table]) -> str:
-    headline = "".join(
+    boxes = "".join(
         f"<div>{html.escape(label)}<b>{summary.get(key, 0)}</b></div>"
         for key, label in (("events", "events"), ("dead_lettered", "dead-lettered"),
                            ("dropped", "dropped"), ("messages", "distinct messages"),
-                           ("cycled_messages", "cycled"), ("queues", "queues")))
+                           ("cycled_messages", "cycled"), ("queues", "queues"),
+                           ("nodes", "brokers")))
+    notes = "".join(f"<p class='note'>{html.escape(note)}</p>" for note in summary["notes"])
     reasons = "".join(f"<tr><td>{html.escape(k)}</td><td class='n'>{v}</td></tr>"
                       for k, v in summary["by_reason"].items())
     causes = "".join(f"<tr><td>{html.escape(k)}</td><td class='n'>{v}</td></tr>"
                      for k, v in summary["drops_by_cause"].items())
-    charts = {
-        "over_time": chart_over_time(tables["over_time"]),
-        "by_queue_reason": chart_bars(*_totals(tables["by_queue_reason"], 1), "dead letters"),
-        "drops": chart_bars(*_totals(tables["drops"], 0), "dropped"),
-        "time_to_death": chart_bars(*_totals(tables["time_to_death"], 1, keep_order=True),
-                                    "dead letters"),
-    }
-    sections = []
-    for name, table in tables.items():
-        sections.append(f"<h2>{html.escape(TITLES.get(name, name))}</h2>"
-                        f"{_img(charts.get(name))}{_html_table(table)}")
+    pictures = _charts(tables)
+    sections = "".join(f"<h2>{html.escape(TITLES.get(name, name))}</h2>"
+                       f"{_img(pictures.get(name))}{_html_table(table)}"
+                       for name, table in tables.items())
     span = f"{summary.get('first_event') or '-'} to {summary.get('last_event') or '-'}"
     return (f"<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>Dead-letter audit</title><style>{_STYLE}</style></head><body>"
-            f"<h1>Dead-letter audit</h1><p>{html.escape(span)}</p>"
-            f"<div class='headline'>{headline}</div>"
+            f"<h1>Dead-letter audit: {html.escape(headline(summary))}</h1>"
+            f"<p>{html.escape(span)}</p>{notes}"
+            f"<div class='headline'>{boxes}</div>"
             f"<h2>By reason</h2><table>{reasons}</table>"
             f"<h2>Drops by cause</h2><table>{causes}</table>"
-            f"{''.join(sections)}</body></html>")
-
-
-def _totals(table: Table, label_column: int, keep_order: bool = False,
-            limit: int = 15) -> tuple[list[str], list[int]]:
-    """Events added up per label (the `events` column), largest first."""
-    index = table.columns.index("events")
-    totals: dict[str, int] = {}
-    for row in table.rows:
-        label = cell(row[label_column])
-        totals[label] = totals.get(label, 0) + row[index]
-    items = list(totals.items())
-    if not keep_order:
-        items.sort(key=lambda item: -item[1])
-    items = items[:limit]
-    return [label for label, _ in items], [value for _, value in items]
+            f"{sections}</body></html>")
 
 
 # ---- the terminal ------------------------------------------------------------------
 
 def terminal_summary(summary: dict, out: Path) -> str:
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
-    table = RichTable(title="Dead-letter audit", show_header=True)
+    table = RichTable(title=f"Dead-letter audit: {headline(summary)}", show_header=True)
     table.add_column("what")
     table.add_column("count", justify="right")
-    for key in ("events", "dead_lettered", "dropped", "messages", "cycled_messages"):
+    for key in ("events", "dead_lettered", "dropped", "messages", "cycled_messages", "nodes"):
         table.add_row(key.replace("_", " "), str(summary[key]))
     for reason, count in summary["by_reason"].items():
         if count:
@@ -197,7 +160,11 @@ def terminal_summary(summary: dict, out: Path) -> str:
     for cause, count in summary["drops_by_cause"].items():
         if count:
             table.add_row(f"dropped: {cause}", str(count))
+    if "replay_candidates" in summary:
+        table.add_row("replay candidates", str(summary["replay_candidates"]))
     console = Console(file=io.StringIO(), width=70)
     console.print(table)
-    console.print(f"report: {out / 'report.html'}")
+    for note in summary["notes"]:
+        console.print(f"note: {note}", highlight=False)
+    console.print(f"report: {out / 'report.html'}", highlight=False)
     return console.file.getvalue()

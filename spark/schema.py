@@ -7,6 +7,8 @@ from pyspark.sql import types as T
 
 from dlx.events import DEATH_FIELDS, FIELDS
 
+from .derived import DERIVED_FIELDS
+
 _SIMPLE = {
     "long": T.LongType(),
     "string": T.StringType(),
@@ -24,3 +26,15 @@ def spark_type(kind: str) -> T.DataType:
 
 
 EVENT_SCHEMA = T.StructType([T.StructField(name, spark_type(kind)) for name, kind in FIELDS])
+
+# The compacted dataset: the event's fields, the columns derived from them
+# (derived.py), the batch that wrote each row (checkpoint.py), and the
+# partition columns node and day last, as Spark reads a partitioned dataset.
+PARTITIONS = ("node", "day")
+COMPACTED_SCHEMA = T.StructType(
+    [field for field in EVENT_SCHEMA if field.name not in PARTITIONS]
+    + list(DERIVED_FIELDS)
+    + [T.StructField("batch", T.StringType()), T.StructField("node", T.StringType()),
+       T.StructField("day", T.DateType())])
+# What reading the events gives, compacted or not: the fields and the derived.
+EVENTS_SCHEMA = T.StructType(list(EVENT_SCHEMA) + list(DERIVED_FIELDS))

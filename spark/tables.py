@@ -2,29 +2,45 @@
 only (no RDDs, no Python UDFs: the same plan runs locally, on a standalone
 cluster and through Spark Connect).
 
+The events are aggregated once into `facts`: event counts by every
+dimension a table groups by except time and message.  Its size follows the
+brokers' configuration (queues, reasons, outcomes), not their traffic, so
+it is cached and most tables are cheap re-aggregations of it.  The tables
+that need one row per message (top poison, replay candidates, the message
+counts) share one cached `per_message` aggregate; only the timeline reads
+the events once more.  `collect_all` then fetches every table in a single
+Spark job.
+
 Every table is sorted on all of its key columns, so two runs over the same
-log give the same rows in the same order wherever they ran.
+log give the same rows in the same order wherever they ran.  With `by_node`
+every table has the node as its first key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
+
+from .buckets import BUCKET_LABELS, LAST_BUCKET, TIME_BUCKETS
 
 # Reasons that say the consumer or the queue was overwhelmed, not that the
 # message itself is poison: a message that died once for one of them can go
 # back where it came from.
 TRANSIENT_REASONS = ("expired", "maxlen")
 TOP_POISON = 100
-# Time from publish (the message's timestamp property) to death.
-TIME_BUCKETS = ((1, "<1s"), (10, "1-10s"), (60, "10s-1m"), (600, "1-10m"), (3600, "10m-1h"))
-LAST_BUCKET = ">=1h"
+# A message is poison when it died at least this often (its x-death total,
+# or how many of its deaths the log holds, whichever is more).
+POISON_DEATHS = 2
 
 
 @dataclass(frozen=True)
@@ -33,216 +49,142 @@ class Filters:
     until: datetime | None = None
     vhost: str | None = None
     queue: str | None = None
+    node: str | None = None
 
     def apply(self, events: DataFrame) -> DataFrame:
         if self.since is not None:
             events = events.where(F.col("time") >= _micros(self.since))
         if self.until is not None:
             events = events.where(F.col("time") < _micros(self.until))
-        if self.vhost is not None:
-            events = events.where(F.col("vhost") == self.vhost)
-        if self.queue is not None:
-            events = events.where(F.col("queue") == self.queue)
+        for column in ("vhost", "queue", "node"):
+            if getattr(self, column) is not None:
+                events = events.where(F.col(column) == getattr(self, column))
         return events
+
+    def partitions(self, compacted: DataFrame) -> DataFrame:
+        """The same filters on the dataset's partition columns, so Spark
+        reads only the days and nodes they can match."""
+        if self.since is not None:
+            compacted = compacted.where(F.col("day") >= _utc(self.since).date())
+        if self.until is not None:
+            compacted = compacted.where(F.col("day") <= _utc(self.until).date())
+        if self.node is not None:
+            compacted = compacted.where(F.col("node") == self.node)
+        return compacted
+
+
+def _utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
 
 
 def _micros(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1_000_000)
+    return int(_utc(moment).timestamp() * 1_000_000)
 
 
-# ---- derived columns --------------------------------------------------------
+@dataclass(frozen=True)
+class Split:
+    """Whether every table is split by node (its first key column)."""
+    by_node: bool = False
+
+    def keys(self, *columns) -> list:
+        return ["node", *columns] if self.by_node else list(columns)
+
+
+# ---- the events, prepared ---------------------------------------------------
+#
+# Expressions are Spark SQL text, as in derived.py: in classic PySpark every
+# Column built in Python is a round trip to the JVM (one table cost 200 of
+# them), while an expression string is one.
+
+def _time_bucket(seconds: str) -> str:
+    steps = " ".join(f"WHEN {seconds} < {limit} THEN '{name}'" for limit, name in TIME_BUCKETS)
+    return f"CASE WHEN {seconds} IS NULL THEN NULL {steps} ELSE '{LAST_BUCKET}' END"
+
+
+PREPARED = (
+    "node", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
+    "first_death_queue", "time", "message_id", "body_sha256", "target_queues", "message",
+    "deaths_so_far", "cycled", "delivery_count", "original_exchange",
+    "original_routing_keys",
+    # From publish (the message's timestamp property, in seconds) to death.
+    _time_bucket("(time / 1000000 - published)") + " AS publish_to_death",
+    # Cycled events keep their message and path in the facts, so the cycles
+    # table is one of its re-aggregations (others have NULL here).
+    "IF(cycled, message, NULL) AS cycled_message",
+    "death_path AS cycle_path",
+)
+
 
 def prepare(events: DataFrame) -> DataFrame:
-    """Only what the tables read: bodies, most properties and headers stay
-    on disk (a cached million events with their bodies does not fit a
-    default 1 GB driver)."""
-    return events.select(
-        "time", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
-        "deaths", "first_death_queue", "message_id", "body_sha256", "target_queues",
-        F.col("properties")["timestamp"].cast("long").alias("published"),
-        F.col("headers")["x-delivery-count"].cast("long").alias("delivery_count"))
+    """One row per event with what the tables group by; Spark reads only
+    the columns a query uses (bodies, most properties and headers stay on
+    disk)."""
+    return events.selectExpr(*PREPARED)
 
 
-def message_key() -> Column:
-    """A message's identity: its message-id, else its body's digest."""
-    return F.coalesce(F.col("message_id"), F.concat(F.lit("sha256:"), F.col("body_sha256")))
+FACT_KEYS = ("node", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
+             "first_death_queue", "deaths_so_far", "delivery_count", "publish_to_death",
+             "cycled_message", "cycle_path")
 
 
-def deaths_total() -> Column:
-    """Deaths so far, this one included: the x-death counts added up."""
-    return F.aggregate("deaths", F.lit(0).cast("long"), lambda acc, d: acc + d["count"])
+def _exprs(*sql: str) -> list[Column]:
+    return [F.expr(text) for text in sql]
 
 
-def cycled() -> Column:
-    """Died in the same queue for the same reason more than once, or
-    dropped because the dead-letter target closed a cycle."""
-    return ((F.col("drop_cause") == "cycle")
-            | F.exists("deaths", lambda d: d["count"] > 1))
+def facts(prepared: DataFrame) -> DataFrame:
+    """Event counts by every dimension but time and message (but for the
+    messages that cycled), in a single partition: the tables that
+    re-aggregate it then need no shuffle (cache it)."""
+    return (prepared.groupBy(*FACT_KEYS)
+            .agg(*_exprs("count(1) AS events", "min(time) AS first", "max(time) AS last"))
+            .coalesce(1))
 
 
-def death_path() -> Column:
-    """The queues it died in, with repeats: "a x2 -> b".  x-death moves an
-    entry to the front each time it dies there again, so reversed it runs
-    from the earliest to the latest death."""
-    steps = F.transform(F.reverse("deaths"), lambda d: F.when(
-        d["count"] > 1, F.concat(d["queue"], F.lit(" x"), d["count"].cast("string")))
-        .otherwise(d["queue"]))
-    return F.array_join(steps, " -> ")
+EVENTS = "sum(events) AS events"
 
 
-def bucket_unit(first_micros: int | None, last_micros: int | None) -> str:
-    """Bars per minute over two hours or less, per hour up to a week, else per day."""
-    if first_micros is None or last_micros is None:
-        return "hour"
-    span = (last_micros - first_micros) / 1_000_000
-    return "minute" if span <= 7200 else "hour" if span <= 7 * 86400 else "day"
+def _where_sum(condition: str, name: str) -> str:
+    return f"CAST(sum(IF({condition}, events, 0)) AS BIGINT) AS {name}"
 
 
-def _time_bucket(seconds: Column) -> Column:
-    label = F.when(seconds.isNull(), F.lit(None))
-    for limit, name in TIME_BUCKETS:
-        label = label.when(seconds < limit, name)
-    return label.otherwise(LAST_BUCKET)
+OUTCOME_COUNTS = (_where_sum("outcome = 'dead_lettered'", "dead_lettered"),
+                  _where_sum("outcome = 'dropped'", "dropped"))
+REASON_COUNTS = tuple(_where_sum(f"reason = '{reason}'", reason) for reason in REASONS)
 
 
-def _counts_by(events: DataFrame, keys: list, *extra) -> DataFrame:
-    return (events.groupBy(*keys)
-            .agg(F.count(F.lit(1)).alias("events"), *extra)
-            .orderBy(*keys))
+def _sorted(frame: DataFrame, keys: list) -> DataFrame:
+    """A small table in one partition, sorted: no range-partitioning job,
+    and its order survives the union in collect_all."""
+    return frame.coalesce(1).sortWithinPartitions(*keys)
 
 
-def _outcome_counts():
-    return (F.sum(F.when(F.col("outcome") == "dead_lettered", 1).otherwise(0))
-            .cast("long").alias("dead_lettered"),
-            F.sum(F.when(F.col("outcome") == "dropped", 1).otherwise(0))
-            .cast("long").alias("dropped"))
+def _totals(facts: DataFrame, keys: list, *extra: str) -> DataFrame:
+    return _sorted(facts.groupBy(*keys).agg(*_exprs(EVENTS, *extra)), keys)
 
 
-# ---- the tables -------------------------------------------------------------
+# ---- the summary ------------------------------------------------------------
 
-def over_time(events: DataFrame, unit: str) -> DataFrame:
-    bucket = F.date_trunc(unit, F.timestamp_micros("time")).alias("bucket")
-    return _counts_by(events.withColumn("bucket", bucket), ["bucket", "reason"])
-
-
-def by_queue_reason(events: DataFrame) -> DataFrame:
-    return _counts_by(events, ["vhost", "queue", "reason"], *_outcome_counts())
-
-
-def by_exchange(events: DataFrame) -> DataFrame:
-    return _counts_by(events, ["vhost", "exchange", "reason"], *_outcome_counts())
+def totals(facts: DataFrame) -> DataFrame:
+    """The headline counts (one row), from the facts."""
+    return facts.agg(*_exprs(
+        EVENTS, *OUTCOME_COUNTS, *REASON_COUNTS,
+        *[_where_sum(f"drop_cause = '{cause}'", f"drop_{cause}") for cause in DROP_CAUSES],
+        "min(first) AS first", "max(last) AS last"))
 
 
-def top_poison(events: DataFrame) -> DataFrame:
-    keyed = events.withColumn("message", message_key())
-    return (keyed.groupBy("vhost", "message")
-            .agg(F.count(F.lit(1)).alias("events"),
-                 F.max(deaths_total()).alias("deaths"),
-                 F.array_sort(F.collect_set("reason")).alias("reasons"),
-                 F.array_sort(F.collect_set("queue")).alias("queues"),
-                 F.min(F.timestamp_micros("time")).alias("first_seen"),
-                 F.max(F.timestamp_micros("time")).alias("last_seen"))
-            .orderBy(F.desc("deaths"), F.desc("events"), "vhost", "message")
-            .limit(TOP_POISON))
-
-
-def cycles(events: DataFrame) -> DataFrame:
-    found = (events.where(cycled())
-             .withColumn("message", message_key()).withColumn("path", death_path()))
-    return _counts_by(found, ["vhost", "message", "path", "outcome"])
-
-
-def time_to_death(events: DataFrame) -> DataFrame:
-    published = F.col("published")
-    seconds = F.col("time") / 1_000_000 - published
-    stamped = events.where(published.isNotNull()).withColumn("bucket", _time_bucket(seconds))
-    order = F.array([F.lit(name) for _, name in TIME_BUCKETS] + [F.lit(LAST_BUCKET)])
-    return (stamped.groupBy("reason", "bucket").agg(F.count(F.lit(1)).alias("events"))
-            .withColumn("order", F.array_position(order, F.col("bucket")))
-            .orderBy("reason", "order").drop("order"))
-
-
-def delivery_counts(events: DataFrame) -> DataFrame:
-    counted = events.withColumn("deaths_so_far", deaths_total())
-    return _counts_by(counted, ["reason", "deaths_so_far", "delivery_count"])
-
-
-def reasons_per_queue(events: DataFrame) -> DataFrame:
-    """Expired against rejected (and the other reasons) queue by queue."""
-    return (events.groupBy("vhost", "queue").pivot("reason", list(REASONS))
-            .agg(F.count(F.lit(1))).na.fill(0).orderBy("vhost", "queue"))
-
-
-def first_to_last(events: DataFrame) -> DataFrame:
-    return _counts_by(events.withColumnRenamed("queue", "last_queue"),
-                      ["vhost", "first_death_queue", "last_queue"])
-
-
-def drops(events: DataFrame) -> DataFrame:
-    return _counts_by(events.where(F.col("outcome") == "dropped"), ["drop_cause", "reason"])
-
-
-def replay_candidates(events: DataFrame) -> DataFrame:
-    """Dead letters safe to send back: messages that died once only, for a
-    transient reason, and sit in a dead-letter queue.  Their original
-    exchange and routing keys are those of their oldest death (x-death lists
-    the most recent first)."""
-    keyed = events.withColumn("message", message_key())
-    once = (keyed.groupBy("vhost", "message").agg(F.count(F.lit(1)).alias("n"))
-            .where(F.col("n") == 1).drop("n"))
-    origin = F.element_at("deaths", -1)
-    return (keyed.join(once, ["vhost", "message"], "left_semi")
-            .where((F.col("outcome") == "dead_lettered")
-                   & F.col("reason").isin(*TRANSIENT_REASONS) & (deaths_total() == 1))
-            .select(F.timestamp_micros("time").alias("time"), "vhost", "queue", "reason",
-                    "message_id", "body_sha256",
-                    origin["exchange"].alias("original_exchange"),
-                    origin["routing_keys"].alias("original_routing_keys"),
-                    "target_queues")
-            .orderBy("time", "vhost", "queue", "body_sha256"))
-
-
-TABLES = {
-    "by_queue_reason": by_queue_reason,
-    "by_exchange": by_exchange,
-    "top_poison": top_poison,
-    "cycles": cycles,
-    "time_to_death": time_to_death,
-    "delivery_counts": delivery_counts,
-    "reasons_per_queue": reasons_per_queue,
-    "first_to_last": first_to_last,
-    "drops": drops,
-}
-
-
-def summary(events: DataFrame) -> dict:
-    """The headline numbers, in one pass over the events."""
-    per_reason = [F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).alias(f"r_{r}")
-                  for r in REASONS]
-    per_cause = [F.sum(F.when(F.col("drop_cause") == c, 1).otherwise(0)).alias(f"c_{c}")
-                 for c in DROP_CAUSES]
-    row = events.agg(
-        F.count(F.lit(1)).alias("events"), *_outcome_counts(), *per_reason, *per_cause,
-        F.countDistinct(message_key()).alias("messages"),
-        F.countDistinct(F.when(cycled(), message_key())).alias("cycled_messages"),
-        F.countDistinct("vhost", "queue").alias("queues"),
-        F.min("time").alias("first"), F.max("time").alias("last"),
-    ).first()
+def summary(row) -> dict:
+    """The summary dict from the `totals` row (the message, queue and node
+    counts come with the tables)."""
     return {
-        "events": row["events"],
+        "events": row["events"] or 0,
         "dead_lettered": row["dead_lettered"] or 0,
         "dropped": row["dropped"] or 0,
-        "by_reason": {r: row[f"r_{r}"] or 0 for r in REASONS},
-        "drops_by_cause": {c: row[f"c_{c}"] or 0 for c in DROP_CAUSES},
-        "messages": row["messages"],
-        "cycled_messages": row["cycled_messages"],
-        "queues": row["queues"],
+        "by_reason": {reason: row[reason] or 0 for reason in REASONS},
+        "drops_by_cause": {cause: row[f"drop_{cause}"] or 0 for cause in DROP_CAUSES},
         "first_event": _iso(row["first"]),
         "last_event": _iso(row["last"]),
-        "first_event_micros": row["first"],
-        "last_event_micros": row["last"],
     }
 
 
@@ -250,3 +192,160 @@ def _iso(micros: int | None) -> str | None:
     if micros is None:
         return None
     return datetime.fromtimestamp(micros / 1_000_000, timezone.utc).isoformat()
+
+
+# ---- tables from the facts ----------------------------------------------------
+
+def by_node(facts: DataFrame, split: Split) -> DataFrame:
+    return _totals(facts, ["node"], *OUTCOME_COUNTS, *REASON_COUNTS,
+                   "timestamp_micros(min(first)) AS first_seen",
+                   "timestamp_micros(max(last)) AS last_seen")
+
+
+def by_queue_reason(facts: DataFrame, split: Split) -> DataFrame:
+    return _totals(facts, split.keys("vhost", "queue", "reason"), *OUTCOME_COUNTS)
+
+
+def by_exchange(facts: DataFrame, split: Split) -> DataFrame:
+    return _totals(facts, split.keys("vhost", "exchange", "reason"), *OUTCOME_COUNTS)
+
+
+def time_to_death(facts: DataFrame, split: Split) -> DataFrame:
+    keys = split.keys("reason", "bucket")
+    order = ", ".join(f"'{name}'" for name in BUCKET_LABELS)
+    counts = (facts.where("publish_to_death IS NOT NULL")
+              .withColumnRenamed("publish_to_death", "bucket")
+              .groupBy(*keys).agg(F.expr(EVENTS))
+              .withColumn("order", F.expr(f"array_position(array({order}), bucket)")))
+    return _sorted(counts, [*keys[:-1], "order"]).drop("order")
+
+
+def delivery_counts(facts: DataFrame, split: Split) -> DataFrame:
+    return _totals(facts, split.keys("reason", "deaths_so_far", "delivery_count"))
+
+
+def reasons_per_queue(facts: DataFrame, split: Split) -> DataFrame:
+    """Expired against rejected (and the other reasons) queue by queue."""
+    keys = split.keys("vhost", "queue")
+    return _sorted(facts.groupBy(*keys).agg(*_exprs(*REASON_COUNTS)), keys)
+
+
+def first_to_last(facts: DataFrame, split: Split) -> DataFrame:
+    return _totals(facts.withColumnRenamed("queue", "last_queue"),
+                   split.keys("vhost", "first_death_queue", "last_queue"))
+
+
+def drops(facts: DataFrame, split: Split) -> DataFrame:
+    return _totals(facts.where("outcome = 'dropped'"), split.keys("drop_cause", "reason"))
+
+
+def cycles(facts: DataFrame, split: Split) -> DataFrame:
+    cycled = (facts.where("cycled_message IS NOT NULL")
+              .withColumnRenamed("cycled_message", "message")
+              .withColumnRenamed("cycle_path", "path"))
+    return _totals(cycled, split.keys("vhost", "message", "path", "outcome"))
+
+
+FROM_FACTS = {
+    "by_node": by_node,
+    "by_queue_reason": by_queue_reason,
+    "by_exchange": by_exchange,
+    "time_to_death": time_to_death,
+    "delivery_counts": delivery_counts,
+    "reasons_per_queue": reasons_per_queue,
+    "first_to_last": first_to_last,
+    "drops": drops,
+    "cycles": cycles,
+}
+
+
+# ---- tables from the events ---------------------------------------------------
+
+def over_time(prepared: DataFrame, unit: str, split: Split) -> DataFrame:
+    keys = split.keys("bucket", "reason")
+    counts = (prepared.withColumn("bucket", F.expr(f"date_trunc('{unit}', timestamp_micros(time))"))
+              .groupBy(*keys).agg(F.expr("count(1) AS events")))
+    return _sorted(counts, keys)
+
+
+def per_message(prepared: DataFrame, split: Split) -> DataFrame:
+    """One row per message (per node and message with `by_node`); the
+    message counts, the top poison messages and the replay candidates all
+    read it, so cache it (each would otherwise shuffle the events anew)."""
+    return prepared.groupBy(*split.keys("vhost", "message")).agg(*_exprs(
+        "count(1) AS events", "max(deaths_so_far) AS deaths", "bool_or(cycled) AS cycled",
+        "min(time) AS first", "max(time) AS last"))
+
+
+def message_counts(messages: DataFrame) -> DataFrame:
+    return messages.agg(*_exprs("count(1) AS messages",
+                                "count_if(cycled) AS cycled_messages"))
+
+
+def top_poison(prepared: DataFrame, messages: DataFrame, split: Split) -> DataFrame:
+    """The messages that died at least POISON_DEATHS times, most deaths
+    first; where they died and why is gathered for those alone."""
+    identity = split.keys("vhost", "message")
+    ranking = [F.desc("deaths"), F.desc("events"), *identity]
+    top = (messages.where(f"greatest(deaths, events) >= {POISON_DEATHS}")
+           .orderBy(*ranking).limit(TOP_POISON))
+    details = (prepared.join(F.broadcast(top.select(*identity)), identity, "left_semi")
+               .groupBy(*identity)
+               .agg(*_exprs("array_sort(collect_set(reason)) AS reasons",
+                            "array_sort(collect_set(queue)) AS queues",
+                            "array_sort(collect_set(node)) AS nodes")))
+    return _sorted(top.join(details, identity).selectExpr(
+        *identity, "events", "deaths", "reasons", "queues", "nodes",
+        "timestamp_micros(first) AS first_seen", "timestamp_micros(last) AS last_seen"),
+        ranking)
+
+
+def replay_candidates(prepared: DataFrame, messages: DataFrame, split: Split) -> DataFrame:
+    """Dead letters safe to send back: messages that died once only, for a
+    transient reason, and wait in a dead-letter queue.  Their original
+    exchange and routing keys are those of that one death."""
+    identity = split.keys("vhost", "message")
+    transient = ", ".join(f"'{reason}'" for reason in TRANSIENT_REASONS)
+    once = messages.where("events = 1").select(*identity)
+    return _sorted(
+        prepared.where(f"outcome = 'dead_lettered' AND reason IN ({transient}) "
+                       "AND deaths_so_far = 1")
+        .join(once, identity, "left_semi")
+        .selectExpr("timestamp_micros(time) AS time", "node", "vhost", "queue", "reason",
+                    "message_id", "body_sha256", "original_exchange",
+                    "original_routing_keys", "target_queues"),
+        ["time", "node", "vhost", "queue", "message_id", "body_sha256"])
+
+
+# ---- fetching them all ----------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _fetched(schema: T.StructType, rows: list) -> pa.Table:
+    """Collected rows as an Arrow table of the frame's own types, times as
+    UTC (they travel as µs: collect() would give naive local times)."""
+    times = [f.name for f in schema if isinstance(f.dataType, T.TimestampType)]
+    records = []
+    for row in rows:
+        record = row.asDict()
+        for name in times:
+            if record[name] is not None:
+                record[name] = _EPOCH + timedelta(microseconds=record[name])
+        records.append(record)
+    return pa.Table.from_pylist(records, schema=to_arrow_schema(schema, timezone="UTC"))
+
+
+def collect_all(frames: dict[str, DataFrame]) -> dict[str, pa.Table]:
+    """Every table, in one Spark job: the tables go into one union, each as
+    a struct column of its own, and come back apart."""
+    schemas = {name: frame.schema for name, frame in frames.items()}
+    packed = [frame.selectExpr(f"'{name}' AS table", "struct({}) AS {}".format(", ".join(
+        f"unix_micros(`{f.name}`) AS `{f.name}`" if isinstance(f.dataType, T.TimestampType)
+        else f"`{f.name}`" for f in schemas[name]), name))
+        for name, frame in frames.items()]
+    rows: dict[str, list] = {name: [] for name in frames}
+    for row in reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True),
+                      packed).collect():
+        rows[row["table"]].append(row[row["table"]])
+    return {name: _fetched(schemas[name], rows[name]) for name in frames}

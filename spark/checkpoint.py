@@ -1,0 +1,58 @@
+"""The compaction checkpoint: which log files of which broker are in the
+Parquet dataset, and in which batch.
+
+It lives next to the dataset, under `--parquet-dir/checkpoint/`, as small
+JSON files that are only ever added (one per compaction that found new
+files), written and read through Spark, so it works wherever the dataset
+does: a local disk, a shared filesystem, HDFS, S3.  Spark's commit protocol
+makes each file appear whole or not at all, and that is the commit point:
+rows of a batch no checkpoint file names (a run that died between writing
+the Parquet and committing) are never read, and their files are compacted
+again.  Entries and batches are per data directory: each broker is
+compacted on its own as its files are sealed, and an audit of some brokers
+reads only their rows of a dataset that others share.
+
+One audit at a time per `--parquet-dir`: two running at once could both
+compact the same files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+CHECKPOINT = "checkpoint"
+SCHEMA = "data_dir STRING, file STRING, batch STRING"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    entries: tuple[tuple[str, str, str], ...] = ()  # (data_dir, file name, batch)
+
+    def compacted(self, data_dir: str) -> set[str]:
+        """Names of the files of this data directory already compacted."""
+        return {name for source, name, _ in self.entries if source == data_dir}
+
+    def batches(self, data_dirs: list[str]) -> list[str]:
+        """The batches holding these data directories' events (a batch holds
+        one broker's, so the dataset may be shared by audits of other ones)."""
+        wanted = set(data_dirs)
+        return sorted({batch for source, _, batch in self.entries if source in wanted})
+
+
+def load(spark: SparkSession, parquet_dir: str) -> Checkpoint:
+    try:
+        rows = spark.read.schema(SCHEMA).json(f"{parquet_dir}/{CHECKPOINT}").collect()
+    except AnalysisException as exc:
+        if exc.getCondition() == "PATH_NOT_FOUND":
+            return Checkpoint()  # nothing compacted yet
+        raise
+    return Checkpoint(tuple((row.data_dir, row.file, row.batch) for row in rows))
+
+
+def commit(spark: SparkSession, parquet_dir: str,
+           entries: list[tuple[str, str, str]]) -> None:
+    (spark.createDataFrame(entries, SCHEMA).coalesce(1)
+     .write.mode("append").json(f"{parquet_dir}/{CHECKPOINT}"))

@@ -1,0 +1,49 @@
+"""Columns derived from each event once: stored with the compacted events,
+so an audit reads a few flat columns instead of the death history and the
+property and header maps; computed the same way on the fly for the log not
+compacted yet.
+
+Expressions are Spark SQL text: in classic PySpark every Column built in
+Python is a round trip to the JVM, while an expression string is one;
+through Spark Connect both are local.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+# `deaths`.`count` rather than a lambda over the structs: Spark then reads
+# only that field of the nested column.
+_CYCLED = "coalesce(drop_cause = 'cycle', false) OR exists(deaths.`count`, n -> n > 1)"
+
+# (name, Spark SQL, type)
+DERIVED: tuple[tuple[str, str, T.DataType], ...] = (
+    # A message's identity: its message-id, else its body's digest.
+    ("message", "coalesce(message_id, concat('sha256:', body_sha256))", T.StringType()),
+    # Deaths so far, this one included: the x-death counts added up.
+    ("deaths_so_far", "aggregate(deaths.`count`, 0L, (total, n) -> total + n)",
+     T.LongType()),
+    # Died in the same queue for the same reason more than once, or dropped
+    # because the dead-letter target closed a cycle.
+    ("cycled", _CYCLED, T.BooleanType()),
+    # For those, the queues it died in, with repeats: "a x2 -> b".  x-death
+    # moves an entry to the front each time it dies there again, so reversed
+    # it runs from the earliest to the latest death.
+    ("death_path", f"IF({_CYCLED}, array_join(transform(reverse(deaths), d -> "
+     "IF(d.`count` > 1, concat(d.queue, ' x', CAST(d.`count` AS STRING)), d.queue)), "
+     "' -> '), NULL)", T.StringType()),
+    # Seconds since the epoch, from the message's timestamp property.
+    ("published", "CAST(properties['timestamp'] AS BIGINT)", T.LongType()),
+    ("delivery_count", "CAST(headers['x-delivery-count'] AS BIGINT)", T.LongType()),
+    # x-death lists the most recent death first: the last entry is the
+    # first death, with the exchange and keys it was originally published to.
+    ("original_exchange", "element_at(deaths, -1).exchange", T.StringType()),
+    ("original_routing_keys", "element_at(deaths, -1).routing_keys",
+     T.ArrayType(T.StringType())),
+)
+DERIVED_FIELDS = tuple(T.StructField(name, kind) for name, _, kind in DERIVED)
+
+
+def with_derived(events: DataFrame) -> DataFrame:
+    return events.selectExpr("*", *(f"{sql} AS {name}" for name, sql, _ in DERIVED))

@@ -1,0 +1,125 @@
+"""The audit on an existing SparkSession: find the logs, compact what was
+sealed since the last run, aggregate, fetch every table in one job, write
+the report.  `amqp-dlq-audit` (audit.py) wraps it in a command."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from . import checkpoint, report, tables
+from .buckets import bucket_unit
+from .compact import compact, read_events, to_compact
+from .progress import Progress
+from .sources import LogSource, is_uri, local_sources, unique, uri_sources
+from .table_files import REPLAY_FILE, write_replay_file, write_tables
+
+PARQUET_DIR = "dead-letters-parquet"  # under the data directory, for one broker
+
+# The tables in the order the report shows them.
+ORDER = ("over_time", "by_node", "by_queue_reason", "by_exchange", "top_poison", "cycles",
+         "time_to_death", "delivery_counts", "reasons_per_queue", "first_to_last", "drops",
+         "replay_candidates")
+
+
+class UsageError(Exception):
+    """Options that do not go together; the message says what to give."""
+
+
+def find_sources(spark: SparkSession, specs: list[str],
+                 progress: Progress) -> tuple[list[LogSource], list[str]]:
+    sources, notes = local_sources([spec for spec in specs if not is_uri(spec)])
+    uris = [spec for spec in specs if is_uri(spec)]
+    if uris:
+        progress(f"listing the logs under {', '.join(uris)}")
+        more, more_notes = uri_sources(spark, uris)
+        sources, notes = sources + more, notes + more_notes
+    return unique(sources), notes
+
+
+def parquet_location(given: str | None, sources: list[LogSource]) -> str | None:
+    """Where the compacted dataset is: --parquet-dir, else (one broker) its
+    data directory's dead-letters-parquet; None: JSON only."""
+    if given is not None:
+        return given if is_uri(given) else str(Path(given).absolute())
+    if len(sources) == 1:
+        return f"{sources[0].data_dir}/{PARQUET_DIR}"
+    return None
+
+
+def check_parquet_dir(args, sources: list[LogSource]) -> str | None:
+    parquet_dir = parquet_location(args.parquet_dir, sources)
+    if parquet_dir is None and not args.no_compact:
+        raise UsageError(f"{len(sources)} data directories: give --parquet-dir (where their "
+                         "compacted events go), or --no-compact")
+    return parquet_dir
+
+
+def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
+    """The whole audit; returns the summary (with `_run` facts about this run)."""
+    progress = progress or Progress(quiet=True)
+    started = time.monotonic()
+    sources, notes = find_sources(spark, args.data_dir, progress)
+    parquet_dir = check_parquet_dir(args, sources)
+    done = checkpoint.load(spark, parquet_dir) if parquet_dir else checkpoint.Checkpoint()
+    todo = [] if args.no_compact else to_compact(sources, done)
+    if todo:
+        progress(f"compacting {sum(len(files) for _, files in todo)} sealed log files of "
+                 f"{len(todo)} broker(s) into {parquet_dir}")
+        done = compact(spark, parquet_dir, todo, done)
+
+    progress("aggregating the events")
+    filters = tables.Filters(args.since, args.until, args.vhost, args.queue, args.node)
+    split = tables.Split(args.by_node)
+    prepared = tables.prepare(filters.apply(
+        read_events(spark, sources, parquet_dir, done, filters.partitions)))
+    # Both aggregates are cached, and built by one job that fetches the
+    # headline numbers from them; every table then comes from a second job.
+    facts = tables.facts(prepared).cache()
+    messages = tables.per_message(prepared, split).cache()
+    headline = tables.collect_all({"totals": tables.totals(facts),
+                                   "counts": tables.message_counts(messages)})
+    (totals,), (counts,) = headline["totals"].to_pylist(), headline["counts"].to_pylist()
+    summary = tables.summary(totals)
+    unit = bucket_unit(totals["first"], totals["last"])
+
+    progress("computing the tables")
+    frames = {name: build(facts, split) for name, build in tables.FROM_FACTS.items()}
+    frames["over_time"] = tables.over_time(prepared, unit, split)
+    frames["top_poison"] = tables.top_poison(prepared, messages, split)
+    if args.replay_candidates:
+        frames["replay_candidates"] = tables.replay_candidates(prepared, messages, split)
+    fetched = tables.collect_all(frames)
+    facts.unpersist()
+    messages.unpersist()
+
+    progress("writing the report")
+    out: Path = args.out
+    written = write_tables(out / "tables", {name: fetched[name] for name in ORDER
+                                            if name in fetched})
+    replay_path = out / REPLAY_FILE
+    replay_path.unlink(missing_ok=True)  # never one from an earlier run
+    if args.replay_candidates:
+        write_replay_file(replay_path, written["replay_candidates"])
+        summary["replay_candidates"] = len(written["replay_candidates"].rows)
+    summary["queues"] = len({(row["vhost"], row["queue"])
+                             for row in written["reasons_per_queue"].dicts()})
+    summary["nodes"] = len(written["by_node"].rows)
+    if summary["events"] == 0:
+        notes.append("0 dead letters" + (" match the filters" if filters != tables.Filters()
+                                         else " in the log"))
+    summary.update(counts, bucket=unit, by_node=split.by_node, notes=notes, filters={
+        "since": _text(args.since), "until": _text(args.until), "vhost": args.vhost,
+        "queue": args.queue, "node": args.node})
+    report.write_summary(out / "summary.json", summary)
+    (out / "report.html").write_text(report.render_html(summary, written))
+    summary["_run"] = {"compacted_files": sum(len(files) for _, files in todo),
+                       "seconds": round(time.monotonic() - started, 3)}
+    progress(f"done: {report.headline(summary)}")
+    return summary
+
+
+def _text(moment) -> str | None:
+    return moment.isoformat() if moment is not None else None

@@ -1,0 +1,73 @@
+"""The audit's pure parts, without Spark: which logs a --data-dir names,
+and the replay file's lines."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+
+import pytest
+
+from spark.report import Table
+from spark.sources import DataDirError, LogSource, local_sources, unique
+from spark.table_files import replay_lines, write_replay_file
+
+
+def broker_dir(root, name: str, *files: str):
+    log = root / name / "dead-letters"
+    log.mkdir(parents=True)
+    for file in files:
+        (log / file).write_text("{}\n")
+    return root / name
+
+
+def test_paths_and_globs_name_data_directories_with_their_files_oldest_first(tmp_path):
+    broker_dir(tmp_path, "eu-1", "dead-letters-20260102T000000-1-000002.ndjson",
+               "dead-letters-20260101T000000-1-000001.ndjson")
+    broker_dir(tmp_path, "eu-2", "dead-letters-20260101T000000-7-000001.ndjson")
+    sources, notes = local_sources([str(tmp_path / "eu-*")])
+    assert [s.name for s in sources] == ["eu-1", "eu-2"] and notes == []
+    assert [os.path.basename(f) for f in sources[0].files] == [
+        "dead-letters-20260101T000000-1-000001.ndjson",
+        "dead-letters-20260102T000000-1-000002.ndjson"]
+    assert [os.path.basename(f) for f in sources[0].sealed] == [
+        "dead-letters-20260101T000000-1-000001.ndjson"]
+    again, _ = local_sources([str(tmp_path / "eu-1"), str(tmp_path / "eu-?")])
+    assert [s.name for s in unique(again)] == ["eu-1", "eu-2"]
+
+
+def test_a_data_directory_without_a_log_yet_is_a_note_not_an_error(tmp_path):
+    (tmp_path / "fresh").mkdir()
+    sources, notes = local_sources([str(tmp_path / "fresh")])
+    assert sources == [LogSource(str(tmp_path / "fresh"), ())]
+    assert len(notes) == 1 and "no dead letters yet" in notes[0]
+
+
+def test_a_path_that_names_nothing_is_an_error(tmp_path):
+    with pytest.raises(DataDirError, match="no such data directory"):
+        local_sources([str(tmp_path / "missing")])
+    with pytest.raises(DataDirError, match="no such data directory"):
+        local_sources([str(tmp_path / "missing-*")])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(DataDirError, match="is not a directory"):
+        local_sources([str(tmp_path / "file")])
+
+
+def test_replay_lines_are_one_per_message_and_queue_it_waits_in(tmp_path):
+    died = datetime(2026, 11, 23, 14, 0, 0, 123456, tzinfo=timezone.utc)
+    table = Table(
+        ["time", "node", "vhost", "queue", "reason", "message_id", "body_sha256",
+         "original_exchange", "original_routing_keys", "target_queues"],
+        [(died, "eu-1", "/", "orders", "expired", None, "ab" * 32, "shop", ["o.eu"],
+          ["dlq", "audit-dlq"]),
+         (died, "eu-1", "/", "orders", "maxlen", "m-2", "cd" * 32, "shop", ["o.eu"], [])])
+    lines = replay_lines(table)
+    assert lines == [
+        {"node": "eu-1", "vhost": "/", "queue": queue, "message_id": None,
+         "body_sha256": "ab" * 32, "died_in": "orders", "reason": "expired",
+         "exchange": "shop", "routing_keys": ["o.eu"],
+         "time": "2026-11-23T14:00:00.123456+00:00"} for queue in ("dlq", "audit-dlq")]
+    write_replay_file(tmp_path / "replay.ndjson", table)
+    assert [json.loads(line) for line in
+            (tmp_path / "replay.ndjson").read_text().splitlines()] == lines
