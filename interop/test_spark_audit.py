@@ -34,7 +34,7 @@ from spark.sources import local_sources  # noqa: E402
 
 @pytest.fixture(scope="session")
 def spark():
-    session = build_session(conf={"spark.default.parallelism": "2"})
+    session = build_session(conf={"spark.default.parallelism": "2"}, light=True)
     yield session
     session.stop()
 

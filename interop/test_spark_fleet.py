@@ -26,6 +26,8 @@ from .test_spark_audit import (audit, declare_dlq, publish, read_csv, reject_all
 
 pyspark = pytest.importorskip("pyspark")
 
+from spark.session import HEAVY_SQL_CONF  # noqa: E402
+
 __all__ = ["spark"]  # the session-scoped fixture, shared with test_spark_audit
 
 NODES = ("broker-a", "broker-b", "broker-c")
@@ -223,6 +225,12 @@ def run_command(*args: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+# Spark's own planning (code generation, adaptive execution), where the
+# command plans a small input the light way: the two must agree.
+GENERATED_CODE = [arg for key, value in HEAVY_SQL_CONF.items()
+                  for arg in ("--conf", f"{key}={value}")]
+
+
 def assert_same_files(local: Path, other: Path, html: bool = True) -> None:
     names = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file())
     assert names == sorted(p.relative_to(other) for p in other.rglob("*") if p.is_file())
@@ -236,7 +244,8 @@ def assert_same_files(local: Path, other: Path, html: bool = True) -> None:
 
 def test_standalone_cluster_gives_the_same_files(spark, fleet, tmp_path, standalone_cluster):
     flags = ["--replay-candidates", "--by-node"]
-    fleet_audit(spark, fleet, tmp_path / "local", str(tmp_path / "pq-local"), *flags)
+    fleet_audit(spark, fleet, tmp_path / "local", str(tmp_path / "pq-local"), *flags,
+                *GENERATED_CODE)
     run_command(*fleet_args(fleet), "--parquet-dir", str(tmp_path / "pq-cluster"),
                 "--out", str(tmp_path / "cluster"), *flags, "--master", standalone_cluster,
                 "--conf", "spark.executor.memory=512m")

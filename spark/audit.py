@@ -95,18 +95,20 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"needs the audit extra ({exc.name} is missing): {INSTALL_HINT}",
                      EXIT_NO_EXTRA)
     progress = Progress(quiet=args.quiet)
+    light = False
     try:
         # Plain paths are checked before Spark starts: a typo fails at once.
         sources, _ = local_sources([spec for spec in args.data_dir if not is_uri(spec)])
         if not any(is_uri(spec) for spec in args.data_dir):
-            job.check_parquet_dir(args, unique(sources))
+            sources = unique(sources)
+            light = job.light_input(sources, job.check_parquet_dir(args, sources))
     except DataDirError as exc:
         return _fail(str(exc), EXIT_NO_LOG)
     except job.UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     args.out.mkdir(parents=True, exist_ok=True)
     progress("starting Spark")
-    spark = build_session(args.master, args.remote, dict(args.conf))
+    spark = build_session(args.master, args.remote, dict(args.conf), light=light)
     try:
         summary = job.run(spark, args, progress)
     except DataDirError as exc:

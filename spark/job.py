@@ -11,12 +11,14 @@ from pyspark.sql import SparkSession
 
 from . import checkpoint, report, tables
 from .buckets import bucket_unit
-from .compact import compact, read_events, to_compact
+from .compact import EVENTS, compact, read_events, to_compact
 from .progress import Progress
+from .session import tune
 from .sources import LogSource, is_uri, local_sources, unique, uri_sources
 from .table_files import REPLAY_FILE, write_replay_file, write_tables
 
 PARQUET_DIR = "dead-letters-parquet"  # under the data directory, for one broker
+LIGHT_EVENTS = 100_000
 
 # The tables in the order the report shows them.
 ORDER = ("over_time", "by_node", "by_queue_reason", "by_exchange", "top_poison", "cycles",
@@ -49,6 +51,17 @@ def parquet_location(given: str | None, sources: list[LogSource]) -> str | None:
     return None
 
 
+def light_input(sources: list[LogSource], parquet_dir: str | None) -> bool:
+    """Whether the input looks small enough to compile less (session.py),
+    judged from file sizes: a line of the log is about 900 bytes, a
+    compacted event about 50.  A dataset behind a URI is not sized: not light."""
+    if parquet_dir is not None and is_uri(parquet_dir):
+        return False
+    events = Path(parquet_dir or "/nonexistent") / EVENTS
+    parquet_bytes = sum(path.stat().st_size for path in events.rglob("*") if path.is_file())
+    return sum(source.size for source in sources) / 900 + parquet_bytes / 50 < LIGHT_EVENTS
+
+
 def check_parquet_dir(args, sources: list[LogSource]) -> str | None:
     parquet_dir = parquet_location(args.parquet_dir, sources)
     if parquet_dir is None and not args.no_compact:
@@ -63,6 +76,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     started = time.monotonic()
     sources, notes = find_sources(spark, args.data_dir, progress)
     parquet_dir = check_parquet_dir(args, sources)
+    tune(spark, light_input(sources, parquet_dir), dict(args.conf))
     done = checkpoint.load(spark, parquet_dir) if parquet_dir else checkpoint.Checkpoint()
     todo = [] if args.no_compact else to_compact(sources, done)
     if todo:

@@ -1,5 +1,5 @@
 """The audit's pure parts, without Spark: which logs a --data-dir names,
-and the replay file's lines."""
+the replay file's lines, and what the driver JVM starts with."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from spark import jvm_start
 from spark.report import Table
 from spark.sources import DataDirError, LogSource, local_sources, unique
 from spark.table_files import replay_lines, write_replay_file
@@ -71,3 +72,30 @@ def test_replay_lines_are_one_per_message_and_queue_it_waits_in(tmp_path):
     write_replay_file(tmp_path / "replay.ndjson", table)
     assert [json.loads(line) for line in
             (tmp_path / "replay.ndjson").read_text().splitlines()] == lines
+
+
+def test_a_written_class_archive_is_put_in_place_once_no_jvm_writes_it(tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setenv(jvm_start.ENV, str(tmp_path))
+    name = jvm_start.archive_name()
+    if name is None:
+        pytest.skip("no java on this machine")
+    (logs, option, quiet) = jvm_start.java_options()
+    assert logs == f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.properties'}"
+    assert "rootLogger.level = error" in (tmp_path / "log4j2.properties").read_text()
+    assert option.startswith("-XX:ArchiveClassesAtExit=") and quiet == jvm_start.QUIET
+    written = option.split("=", 1)[1]
+    # A JVM that died before writing leaves no usable file: it is dropped.
+    open(written, "wb").write(b"\0" * 16)
+    assert jvm_start.java_options()[1].startswith("-XX:ArchiveClassesAtExit=")
+    assert not os.path.exists(written)
+    finished = tmp_path / f"{name}.finished.tmp"
+    finished.write_bytes(jvm_start.DYNAMIC_ARCHIVE_MAGIC + b"\0" * 12)
+    assert jvm_start.java_options()[1:] == [
+        f"-XX:SharedArchiveFile={tmp_path / (name + '.jsa')}", jvm_start.QUIET]
+    assert not finished.exists()
+
+
+def test_the_class_archive_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv(jvm_start.ENV, "")
+    assert jvm_start.java_options() == []
