@@ -34,7 +34,7 @@ from spark.sources import local_sources  # noqa: E402
 
 @pytest.fixture(scope="session")
 def spark():
-    session = build_session(conf={"spark.default.parallelism": "2"}, light=True)
+    session = build_session(conf={"spark.default.parallelism": "2"}, quick_jit=True)
     yield session
     session.stop()
 
@@ -49,6 +49,15 @@ def running_broker(data_dir: Path, node: str):
         # the test passes it on before anything dies.
         broker.call(setattr, broker.broker.dead_letter_log, "node", node)
         yield broker
+
+
+@contextmanager
+def pika_channel(url: str):
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        yield conn.channel()
+    finally:
+        conn.close()
 
 
 def publish(channel, queue: str, body: str, **props) -> None:
@@ -84,62 +93,58 @@ def produce_every_death(url: str) -> None:
     """3 rejected, 2 expired, 2 maxlen, 1 delivery_limit dead-lettered; drops:
     no_dlx, dlx_missing, no_route, target_full once each, and a message that
     expires in c1, then in c2, whose way back to c1 closes a cycle (dropped)."""
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    declare_dlq(ch)
-    now = int(time.time())
-    ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
-    for n in range(3):
-        publish(ch, "orders", f"rejected-{n}", timestamp=now)
-    reject_all(ch, "orders", 3)
-    ch.queue_declare("quotes", arguments={"x-dead-letter-exchange": "dlx",
-                                          "x-message-ttl": 10})
-    for n in range(2):
-        publish(ch, "quotes", f"expired-{n}")
-    ch.queue_declare("bounded", arguments={"x-dead-letter-exchange": "dlx",
-                                           "x-max-length": 1})
-    for n in range(3):
-        publish(ch, "bounded", f"maxlen-{n}")
-    ch.queue_declare("attempts", arguments={"x-dead-letter-address": "dlx",
-                                            "x-max-delivery-attempts": 1})
-    publish(ch, "attempts", "poison-0")
-    reject_all(ch, "attempts", 1, requeue=True)
-    wait_depth(ch, "dlq", 3 + 2 + 2 + 1)
-    ch.queue_declare("plain")
-    publish(ch, "plain", "no-dlx")
-    reject_all(ch, "plain", 1)
-    ch.queue_declare("misconfigured", arguments={"x-dead-letter-exchange": "nowhere"})
-    publish(ch, "misconfigured", "dlx-missing")
-    reject_all(ch, "misconfigured", 1)
-    ch.exchange_declare("unbound", "direct")
-    ch.queue_declare("unrouted", arguments={"x-dead-letter-exchange": "unbound"})
-    publish(ch, "unrouted", "no-route")
-    reject_all(ch, "unrouted", 1)
-    ch.exchange_declare("to-full", "fanout")
-    ch.queue_declare("full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
-    ch.queue_bind("full", "to-full")
-    ch.queue_declare("overflowing", arguments={"x-dead-letter-exchange": "to-full"})
-    publish(ch, "overflowing", "target-full")
-    reject_all(ch, "overflowing", 1)
-    for name, other in (("c1", "c2"), ("c2", "c1")):
-        ch.queue_declare(name, arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                          "x-dead-letter-routing-key": other})
-    publish(ch, "c1", "cycling")
-    time.sleep(0.3)
-    assert queue_depth(ch, "c1") == 0 and queue_depth(ch, "c2") == 0
-    conn.close()
+    with pika_channel(url) as ch:
+        declare_dlq(ch)
+        now = int(time.time())
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        for n in range(3):
+            publish(ch, "orders", f"rejected-{n}", timestamp=now)
+        reject_all(ch, "orders", 3)
+        ch.queue_declare("quotes", arguments={"x-dead-letter-exchange": "dlx",
+                                              "x-message-ttl": 10})
+        for n in range(2):
+            publish(ch, "quotes", f"expired-{n}")
+        ch.queue_declare("bounded", arguments={"x-dead-letter-exchange": "dlx",
+                                               "x-max-length": 1})
+        for n in range(3):
+            publish(ch, "bounded", f"maxlen-{n}")
+        ch.queue_declare("attempts", arguments={"x-dead-letter-address": "dlx",
+                                                "x-max-delivery-attempts": 1})
+        publish(ch, "attempts", "poison-0")
+        reject_all(ch, "attempts", 1, requeue=True)
+        wait_depth(ch, "dlq", 3 + 2 + 2 + 1)
+        ch.queue_declare("plain")
+        publish(ch, "plain", "no-dlx")
+        reject_all(ch, "plain", 1)
+        ch.queue_declare("misconfigured", arguments={"x-dead-letter-exchange": "nowhere"})
+        publish(ch, "misconfigured", "dlx-missing")
+        reject_all(ch, "misconfigured", 1)
+        ch.exchange_declare("unbound", "direct")
+        ch.queue_declare("unrouted", arguments={"x-dead-letter-exchange": "unbound"})
+        publish(ch, "unrouted", "no-route")
+        reject_all(ch, "unrouted", 1)
+        ch.exchange_declare("to-full", "fanout")
+        ch.queue_declare("full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+        ch.queue_bind("full", "to-full")
+        ch.queue_declare("overflowing", arguments={"x-dead-letter-exchange": "to-full"})
+        publish(ch, "overflowing", "target-full")
+        reject_all(ch, "overflowing", 1)
+        for name, other in (("c1", "c2"), ("c2", "c1")):
+            ch.queue_declare(name, arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
+                                              "x-dead-letter-routing-key": other})
+        publish(ch, "c1", "cycling")
+        time.sleep(0.3)
+        assert queue_depth(ch, "c1") == 0 and queue_depth(ch, "c2") == 0
 
 
 def reject_once_more(url: str, body: str) -> None:
     """One more rejected message, after a restart (a new log file)."""
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    declare_dlq(ch)
-    ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
-    publish(ch, "orders", body)
-    reject_all(ch, "orders", 1)
-    assert wait_get(ch, "dlq", timeout=0.01)[0] is not None  # drained: not a candidate
-    conn.close()
+    with pika_channel(url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "orders", body)
+        reject_all(ch, "orders", 1)
+        assert wait_get(ch, "dlq", timeout=0.01)[0] is not None  # drained: not a candidate
 
 
 EXPECTED = {

@@ -16,13 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-import pika
 import pyarrow.parquet as pq
 import pytest
 
-from .test_spark_audit import (audit, declare_dlq, publish, read_csv, reject_all,
-                               reject_once_more, running_broker, spark, wait_depth,
-                               write_broker_log)
+from .test_spark_audit import (audit, declare_dlq, pika_channel, publish, read_csv,
+                               reject_all, reject_once_more, running_broker, spark,
+                               wait_depth, write_broker_log)
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -37,39 +36,35 @@ def produce_poison_and_expiry(url: str) -> None:
     """broker-b: a message rejected in `work`, then in `retry`, then in
     `work` again (three deaths: poison), and three that expire in `slow`
     and wait in `parked` (replay candidates)."""
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    for queue, back_to in (("work", "retry"), ("retry", "work")):
-        ch.exchange_declare(f"to-{back_to}", "fanout")
-        ch.queue_declare(queue, arguments={"x-dead-letter-exchange": f"to-{back_to}"})
-    for queue in ("work", "retry"):
-        ch.queue_bind(queue, f"to-{queue}")
-    publish(ch, "work", "poison-b")
-    for queue in ("work", "retry", "work"):
-        wait_depth(ch, queue, 1)
-        reject_all(ch, queue, 1)
-    ch.exchange_declare("parking", "fanout")
-    ch.queue_declare("parked")
-    ch.queue_bind("parked", "parking")
-    ch.queue_declare("slow", arguments={"x-dead-letter-exchange": "parking",
-                                        "x-message-ttl": 10})
-    for n in range(3):
-        publish(ch, "slow", f"expired-b-{n}")
-    wait_depth(ch, "parked", 3)
-    conn.close()
+    with pika_channel(url) as ch:
+        for queue, back_to in (("work", "retry"), ("retry", "work")):
+            ch.exchange_declare(f"to-{back_to}", "fanout")
+            ch.queue_declare(queue, arguments={"x-dead-letter-exchange": f"to-{back_to}"})
+        for queue in ("work", "retry"):
+            ch.queue_bind(queue, f"to-{queue}")
+        publish(ch, "work", "poison-b")
+        for queue in ("work", "retry", "work"):
+            wait_depth(ch, queue, 1)
+            reject_all(ch, queue, 1)
+        ch.exchange_declare("parking", "fanout")
+        ch.queue_declare("parked")
+        ch.queue_bind("parked", "parking")
+        ch.queue_declare("slow", arguments={"x-dead-letter-exchange": "parking",
+                                            "x-message-ttl": 10})
+        for n in range(3):
+            publish(ch, "slow", f"expired-b-{n}")
+        wait_depth(ch, "parked", 3)
 
 
 def produce_overflow(url: str) -> None:
     """broker-c: two messages pushed out of a queue of one (maxlen)."""
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    declare_dlq(ch)
-    ch.queue_declare("bounded", arguments={"x-dead-letter-exchange": "dlx",
-                                           "x-max-length": 1})
-    for n in range(3):
-        publish(ch, "bounded", f"maxlen-c-{n}")
-    wait_depth(ch, "dlq", 2)
-    conn.close()
+    with pika_channel(url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("bounded", arguments={"x-dead-letter-exchange": "dlx",
+                                               "x-max-length": 1})
+        for n in range(3):
+            publish(ch, "bounded", f"maxlen-c-{n}")
+        wait_depth(ch, "dlq", 2)
 
 
 def write_fleet(root: Path) -> None:

@@ -88,27 +88,24 @@ def main(argv: list[str] | None = None) -> int:
         from . import job, report
         from .progress import Progress
         from .session import build_session
-        from .sources import DataDirError, is_uri, local_sources, unique
+        from .sources import DataDirError
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in EXTRA_MODULES:
             raise
         return _fail(f"needs the audit extra ({exc.name} is missing): {INSTALL_HINT}",
                      EXIT_NO_EXTRA)
     progress = Progress(quiet=args.quiet)
-    light = False
     try:
         # Plain paths are checked before Spark starts: a typo fails at once.
-        sources, _ = local_sources([spec for spec in args.data_dir if not is_uri(spec)])
-        if not any(is_uri(spec) for spec in args.data_dir):
-            sources = unique(sources)
-            light = job.light_input(sources, job.check_parquet_dir(args, sources))
+        sizing = job.size_local_input(args)
     except DataDirError as exc:
         return _fail(str(exc), EXIT_NO_LOG)
     except job.UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     args.out.mkdir(parents=True, exist_ok=True)
     progress("starting Spark")
-    spark = build_session(args.master, args.remote, dict(args.conf), light=light)
+    spark = build_session(args.master, args.remote, dict(args.conf),
+                          quick_jit=sizing is not None and sizing.quick_jit)
     try:
         summary = job.run(spark, args, progress)
     except DataDirError as exc:

@@ -3,8 +3,8 @@ Parquet dataset, and in which batch.
 
 It lives next to the dataset, under `--parquet-dir/checkpoint/`, as small
 JSON files that are only ever added (one per compaction that found new
-files), written and read through Spark, so it works wherever the dataset
-does: a local disk, a shared filesystem, HDFS, S3.  Spark's commit protocol
+files), written through Spark, so it works wherever the dataset does: a
+local disk, a shared filesystem, HDFS, S3.  Spark's commit protocol
 makes each file appear whole or not at all, and that is the commit point:
 rows of a batch no checkpoint file names (a run that died between writing
 the Parquet and committing) are never read, and their files are compacted
@@ -18,10 +18,14 @@ compact the same files.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+
+from .sources import is_uri
 
 CHECKPOINT = "checkpoint"
 SCHEMA = "data_dir STRING, file STRING, batch STRING"
@@ -42,7 +46,11 @@ class Checkpoint:
         return sorted({batch for source, _, batch in self.entries if source in wanted})
 
 
-def load(spark: SparkSession, parquet_dir: str) -> Checkpoint:
+def load(spark: SparkSession | None, parquet_dir: str) -> Checkpoint:
+    """Read by Python when the dataset is on a local path (no Spark job,
+    and before Spark starts: see job.size_input), else by Spark."""
+    if not is_uri(parquet_dir):
+        return _load_local(Path(parquet_dir) / CHECKPOINT)
     try:
         rows = spark.read.schema(SCHEMA).json(f"{parquet_dir}/{CHECKPOINT}").collect()
     except AnalysisException as exc:
@@ -50,6 +58,17 @@ def load(spark: SparkSession, parquet_dir: str) -> Checkpoint:
             return Checkpoint()  # nothing compacted yet
         raise
     return Checkpoint(tuple((row.data_dir, row.file, row.batch) for row in rows))
+
+
+def _load_local(directory: Path) -> Checkpoint:
+    entries = []
+    # What Spark reads of a directory: files not named _... or .... (its
+    # commit markers and checksums).
+    for path in sorted(directory.glob("[!_.]*")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            entries.append((row["data_dir"], row["file"], row["batch"]))
+    return Checkpoint(tuple(entries))
 
 
 def commit(spark: SparkSession, parquet_dir: str,

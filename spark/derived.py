@@ -13,6 +13,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from .buckets import LAST_BUCKET, TIME_BUCKETS
+
+
+def _time_bucket(seconds: str) -> str:
+    steps = " ".join(f"WHEN {seconds} < {limit} THEN '{name}'" for limit, name in TIME_BUCKETS)
+    return f"CASE WHEN {seconds} IS NULL THEN NULL {steps} ELSE '{LAST_BUCKET}' END"
+
+
 # `deaths`.`count` rather than a lambda over the structs: Spark then reads
 # only that field of the nested column.
 _CYCLED = "coalesce(drop_cause = 'cycle', false) OR exists(deaths.`count`, n -> n > 1)"
@@ -33,8 +41,10 @@ DERIVED: tuple[tuple[str, str, T.DataType], ...] = (
     ("death_path", f"IF({_CYCLED}, array_join(transform(reverse(deaths), d -> "
      "IF(d.`count` > 1, concat(d.queue, ' x', CAST(d.`count` AS STRING)), d.queue)), "
      "' -> '), NULL)", T.StringType()),
-    # Seconds since the epoch, from the message's timestamp property.
-    ("published", "CAST(properties['timestamp'] AS BIGINT)", T.LongType()),
+    # From publish (the message's timestamp property, in seconds) to death.
+    ("publish_to_death",
+     _time_bucket("(time / 1000000 - CAST(properties['timestamp'] AS BIGINT))"),
+     T.StringType()),
     ("delivery_count", "CAST(headers['x-delivery-count'] AS BIGINT)", T.LongType()),
     # x-death lists the most recent death first: the last entry is the
     # first death, with the exchange and keys it was originally published to.

@@ -1,6 +1,7 @@
 """The audit on an existing SparkSession: find the logs, compact what was
-sealed since the last run, aggregate, fetch every table in one job, write
-the report.  `amqp-dlq-audit` (audit.py) wraps it in a command."""
+sealed since the last run, aggregate (one job), fetch every table (one
+more), write the report.  `amqp-dlq-audit` (audit.py) wraps it in a
+command."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from pyspark.sql import SparkSession
 
 from . import checkpoint, report, tables
 from .buckets import bucket_unit
-from .compact import EVENTS, compact, read_events, to_compact
+from .compact import compact, read_events, to_compact
 from .progress import Progress
 from .session import tune
+from .sizing import Sizing, size_input
 from .sources import LogSource, is_uri, local_sources, unique, uri_sources
 from .table_files import REPLAY_FILE, write_replay_file, write_tables
 
 PARQUET_DIR = "dead-letters-parquet"  # under the data directory, for one broker
-LIGHT_EVENTS = 100_000
 
 # The tables in the order the report shows them.
 ORDER = ("over_time", "by_node", "by_queue_reason", "by_exchange", "top_poison", "cycles",
@@ -51,15 +52,18 @@ def parquet_location(given: str | None, sources: list[LogSource]) -> str | None:
     return None
 
 
-def light_input(sources: list[LogSource], parquet_dir: str | None) -> bool:
-    """Whether the input looks small enough to compile less (session.py),
-    judged from file sizes: a line of the log is about 900 bytes, a
-    compacted event about 50.  A dataset behind a URI is not sized: not light."""
-    if parquet_dir is not None and is_uri(parquet_dir):
-        return False
-    events = Path(parquet_dir or "/nonexistent") / EVENTS
-    parquet_bytes = sum(path.stat().st_size for path in events.rglob("*") if path.is_file())
-    return sum(source.size for source in sources) / 900 + parquet_bytes / 50 < LIGHT_EVENTS
+def size_local_input(args) -> Sizing | None:
+    """The input's size before Spark starts, when every --data-dir is a
+    plain path (it decides how the driver JVM compiles); a data directory
+    that names nothing raises DataDirError, options that do not go
+    together UsageError."""
+    sources, _ = local_sources([spec for spec in args.data_dir if not is_uri(spec)])
+    sources = unique(sources)
+    parquet_dir = check_parquet_dir(args, sources)
+    if any(is_uri(spec) for spec in args.data_dir):
+        return None
+    done = checkpoint.load(None, parquet_dir) if parquet_dir else checkpoint.Checkpoint()
+    return size_input(sources, parquet_dir, done)
 
 
 def check_parquet_dir(args, sources: list[LogSource]) -> str | None:
@@ -76,8 +80,9 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     started = time.monotonic()
     sources, notes = find_sources(spark, args.data_dir, progress)
     parquet_dir = check_parquet_dir(args, sources)
-    tune(spark, light_input(sources, parquet_dir), dict(args.conf))
     done = checkpoint.load(spark, parquet_dir) if parquet_dir else checkpoint.Checkpoint()
+    sizing = size_input(sources, parquet_dir, done)
+    tune(spark, sizing is not None and sizing.light, dict(args.conf))
     todo = [] if args.no_compact else to_compact(sources, done)
     if todo:
         progress(f"compacting {sum(len(files) for _, files in todo)} sealed log files of "
@@ -89,25 +94,25 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     split = tables.Split(args.by_node)
     prepared = tables.prepare(filters.apply(
         read_events(spark, sources, parquet_dir, done, filters.partitions)))
-    # Both aggregates are cached, and built by one job that fetches the
-    # headline numbers from them; every table then comes from a second job.
+    # One job fetches the headline numbers, building the two caches on the
+    # way; a second one fetches every table.
     facts = tables.facts(prepared).cache()
-    messages = tables.per_message(prepared, split).cache()
-    headline = tables.collect_all({"totals": tables.totals(facts),
-                                   "counts": tables.message_counts(messages)})
-    (totals,), (counts,) = headline["totals"].to_pylist(), headline["counts"].to_pylist()
-    summary = tables.summary(totals)
+    repeated = tables.repeated(tables.per_message(prepared, split)).cache()
+    headline = tables.collect_all({"totals": tables.totals(facts, split),
+                                   "repeats": tables.repeats(repeated)})
+    (totals,), (repeats,) = headline["totals"].to_pylist(), headline["repeats"].to_pylist()
+    summary = tables.summary(totals, repeats["repeats"])
     unit = bucket_unit(totals["first"], totals["last"])
 
     progress("computing the tables")
     frames = {name: build(facts, split) for name, build in tables.FROM_FACTS.items()}
     frames["over_time"] = tables.over_time(prepared, unit, split)
-    frames["top_poison"] = tables.top_poison(prepared, messages, split)
+    frames["top_poison"] = tables.top_poison(prepared, repeated, split)
     if args.replay_candidates:
-        frames["replay_candidates"] = tables.replay_candidates(prepared, messages, split)
+        frames["replay_candidates"] = tables.replay_candidates(prepared, repeated, split)
     fetched = tables.collect_all(frames)
     facts.unpersist()
-    messages.unpersist()
+    repeated.unpersist()
 
     progress("writing the report")
     out: Path = args.out
@@ -124,7 +129,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     if summary["events"] == 0:
         notes.append("0 dead letters" + (" match the filters" if filters != tables.Filters()
                                          else " in the log"))
-    summary.update(counts, bucket=unit, by_node=split.by_node, notes=notes, filters={
+    summary.update(bucket=unit, by_node=split.by_node, notes=notes, filters={
         "since": _text(args.since), "until": _text(args.until), "vhost": args.vhost,
         "queue": args.queue, "node": args.node})
     report.write_summary(out / "summary.json", summary)

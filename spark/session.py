@@ -3,14 +3,14 @@
 belongs on the command line (`--conf spark.driver.memory=4g`).
 
 What is set is for a quick start on a small machine: the driver JVM maps a
-class-data archive and logs errors only (jvm_start.py), and for a light
-input the JVMs and Spark compile less, because on a small log they spend
-more time compiling than running (measured on 2 cores: a 46-event audit
-used 28 s of JVM CPU with the defaults): the JVMs stop at their quick C1
-compiler (`light`, decided before the driver starts, from the local files),
-and `tune` has Spark interpret its expressions instead of generating Java
-for them, plan each query once (no adaptive re-planning between stages) and
-shuffle into one partition.
+class-data archive and logs errors only (jvm_start.py), and the JVMs and
+Spark compile no more than the input is worth (sizing.py), because a short
+run spends more time compiling than running (measured on 2 cores: a
+46-event audit used 28 s of JVM CPU with the defaults).  `quick_jit`
+(decided before the driver starts) stops the JVMs at their quick C1
+compiler; for a light input `tune` has Spark interpret its expressions
+instead of generating Java for them, plan each query once (no adaptive
+re-planning between stages) and shuffle into one partition.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _java_options(ours: list[str], given: str | None) -> str:
 
 def build_session(master: str | None = None, remote: str | None = None,
                   conf: dict[str, str] | None = None, app_name: str = "amqp-dlq-audit",
-                  light: bool = False) -> SparkSession:
+                  quick_jit: bool = False) -> SparkSession:
     conf = dict(conf or {})
     # Executors that ever need Python use the interpreter running the audit.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,10 +62,10 @@ def build_session(master: str | None = None, remote: str | None = None,
     else:
         # The driver binds to loopback instead of guessing an interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        c1 = [C1_ONLY] if light else []
+        c1 = [C1_ONLY] if quick_jit else []
         conf[DRIVER_OPTIONS] = _java_options(jvm_start.java_options() + c1,
                                              conf.get(DRIVER_OPTIONS))
-        if light:  # on a cluster, its executors too (in local mode the driver is one)
+        if quick_jit:  # on a cluster, its executors too (in local mode the driver is one)
             conf[EXECUTOR_OPTIONS] = _java_options(c1, conf.get(EXECUTOR_OPTIONS))
         builder = (SparkSession.builder.master(master or "local[*]")
                    .config("spark.driver.bindAddress", "127.0.0.1")
@@ -75,7 +75,7 @@ def build_session(master: str | None = None, remote: str | None = None,
     builder = (builder.appName(app_name)
                .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
                .config("spark.sql.session.timeZone", "UTC"))
-    # After the defaults above: LIGHT_CONF, then --conf, win.
+    # --conf wins over the defaults above.
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -35,7 +35,7 @@ class LogSource:
     by time); the newest may still be written to."""
     data_dir: str
     files: tuple[str, ...]
-    size: int = 0  # bytes, all files together
+    sizes: tuple[int, ...] = ()  # of each file, in bytes
 
     @property
     def name(self) -> str:
@@ -74,7 +74,7 @@ def local_sources(specs: list[str]) -> tuple[list[LogSource], list[str]]:
             if not files:
                 notes.append(no_log_note(str(path)))
             sources.append(LogSource(str(path), tuple(map(str, files)),
-                                     sum(f.stat().st_size for f in files)))
+                                     tuple(f.stat().st_size for f in files)))
     return sources, notes
 
 
@@ -96,8 +96,9 @@ def uri_sources(spark, specs: list[str]) -> tuple[list[LogSource], list[str]]:
             path = _local_if_file(path)
             data_dir = path.rsplit("/", 2)[0]  # <data-dir>/dead-letters/<file>
             by_dir.setdefault(data_dir, {})[path] = size
-        sources.extend(LogSource(d, tuple(sorted(f, key=_file_name)), sum(f.values()))
-                       for d, f in sorted(by_dir.items()))
+        for data_dir, sizes in sorted(by_dir.items()):
+            files = sorted(sizes, key=_file_name)
+            sources.append(LogSource(data_dir, tuple(files), tuple(map(sizes.get, files))))
     return sources, notes
 
 

@@ -5,11 +5,11 @@ cluster and through Spark Connect).
 The events are aggregated once into `facts`: event counts by every
 dimension a table groups by except time and message.  Its size follows the
 brokers' configuration (queues, reasons, outcomes), not their traffic, so
-it is cached and most tables are cheap re-aggregations of it.  The tables
-that need one row per message (top poison, replay candidates, the message
-counts) share one cached `per_message` aggregate; only the timeline reads
-the events once more.  `collect_all` then fetches every table in a single
-Spark job.
+it is cached and most tables are cheap re-aggregations of it.  One row per
+message gives the message counts and the few messages that died more than
+once (cached), from which the top poison messages and the replay
+candidates come.  `collect_all` fetches the headline numbers in one Spark
+job and every table in another.
 
 Every table is sorted on all of its key columns, so two runs over the same
 log give the same rows in the same order wherever they ran.  With `by_node`
@@ -31,7 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
 
-from .buckets import BUCKET_LABELS, LAST_BUCKET, TIME_BUCKETS
+from .buckets import BUCKET_LABELS
 
 # Reasons that say the consumer or the queue was overwhelmed, not that the
 # message itself is poison: a message that died once for one of them can go
@@ -98,20 +98,13 @@ class Split:
 # Column built in Python is a round trip to the JVM (one table cost 200 of
 # them), while an expression string is one.
 
-def _time_bucket(seconds: str) -> str:
-    steps = " ".join(f"WHEN {seconds} < {limit} THEN '{name}'" for limit, name in TIME_BUCKETS)
-    return f"CASE WHEN {seconds} IS NULL THEN NULL {steps} ELSE '{LAST_BUCKET}' END"
-
-
 PREPARED = (
     "node", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
     "first_death_queue", "time", "message_id", "body_sha256", "target_queues", "message",
-    "deaths_so_far", "cycled", "delivery_count", "original_exchange",
+    "deaths_so_far", "cycled", "delivery_count", "publish_to_death", "original_exchange",
     "original_routing_keys",
-    # From publish (the message's timestamp property, in seconds) to death.
-    _time_bucket("(time / 1000000 - published)") + " AS publish_to_death",
     # Cycled events keep their message and path in the facts, so the cycles
-    # table is one of its re-aggregations (others have NULL here).
+    # table and the count of cycled messages come from it (NULL for others).
     "IF(cycled, message, NULL) AS cycled_message",
     "death_path AS cycle_path",
 )
@@ -166,19 +159,23 @@ def _totals(facts: DataFrame, keys: list, *extra: str) -> DataFrame:
 
 # ---- the summary ------------------------------------------------------------
 
-def totals(facts: DataFrame) -> DataFrame:
+def totals(facts: DataFrame, split: Split) -> DataFrame:
     """The headline counts (one row), from the facts."""
+    cycled = ", ".join(split.keys("vhost", "cycled_message"))
     return facts.agg(*_exprs(
         EVENTS, *OUTCOME_COUNTS, *REASON_COUNTS,
         *[_where_sum(f"drop_cause = '{cause}'", f"drop_{cause}") for cause in DROP_CAUSES],
+        f"count(DISTINCT {cycled}) AS cycled_messages",
         "min(first) AS first", "max(last) AS last"))
 
 
-def summary(row) -> dict:
-    """The summary dict from the `totals` row (the message, queue and node
-    counts come with the tables)."""
+def summary(row, repeats: int) -> dict:
+    """The summary dict from the `totals` row and the `repeats` (the queue
+    and node counts come with the tables)."""
     return {
         "events": row["events"] or 0,
+        "messages": (row["events"] or 0) - repeats,
+        "cycled_messages": row["cycled_messages"],
         "dead_lettered": row["dead_lettered"] or 0,
         "dropped": row["dropped"] or 0,
         "by_reason": {reason: row[reason] or 0 for reason in REASONS},
@@ -263,32 +260,39 @@ FROM_FACTS = {
 
 def over_time(prepared: DataFrame, unit: str, split: Split) -> DataFrame:
     keys = split.keys("bucket", "reason")
-    counts = (prepared.withColumn("bucket", F.expr(f"date_trunc('{unit}', timestamp_micros(time))"))
-              .groupBy(*keys).agg(F.expr("count(1) AS events")))
+    bucket = F.expr(f"date_trunc('{unit}', timestamp_micros(time))")
+    counts = prepared.withColumn("bucket", bucket).groupBy(*keys).agg(F.expr("count(1) AS events"))
     return _sorted(counts, keys)
 
 
 def per_message(prepared: DataFrame, split: Split) -> DataFrame:
-    """One row per message (per node and message with `by_node`); the
-    message counts, the top poison messages and the replay candidates all
-    read it, so cache it (each would otherwise shuffle the events anew)."""
+    """One row per message (per node and message with `by_node`): about as
+    many rows as events, so only `repeated` is kept of it."""
     return prepared.groupBy(*split.keys("vhost", "message")).agg(*_exprs(
         "count(1) AS events", "max(deaths_so_far) AS deaths", "bool_or(cycled) AS cycled",
         "min(time) AS first", "max(time) AS last"))
 
 
-def message_counts(messages: DataFrame) -> DataFrame:
-    return messages.agg(*_exprs("count(1) AS messages",
-                                "count_if(cycled) AS cycled_messages"))
+def repeated(messages: DataFrame) -> DataFrame:
+    """The messages that died at least POISON_DEATHS times: few, so cache
+    them; the top poison messages and the replay candidates come from them,
+    and so does the number of messages (see `repeats`)."""
+    return messages.where(f"greatest(deaths, events) >= {POISON_DEATHS}")
 
 
-def top_poison(prepared: DataFrame, messages: DataFrame, split: Split) -> DataFrame:
-    """The messages that died at least POISON_DEATHS times, most deaths
-    first; where they died and why is gathered for those alone."""
+def repeats(repeated: DataFrame) -> DataFrame:
+    """Deaths in the log beyond each message's first: every message that
+    died more than once is in `repeated`, so the events less these are the
+    distinct messages, without a second pass over them all."""
+    return repeated.selectExpr("coalesce(sum(events - 1), 0) AS repeats")
+
+
+def top_poison(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFrame:
+    """The most repeated, most deaths first; where they died and why is
+    gathered for those alone."""
     identity = split.keys("vhost", "message")
     ranking = [F.desc("deaths"), F.desc("events"), *identity]
-    top = (messages.where(f"greatest(deaths, events) >= {POISON_DEATHS}")
-           .orderBy(*ranking).limit(TOP_POISON))
+    top = repeated.orderBy(*ranking).limit(TOP_POISON)
     details = (prepared.join(F.broadcast(top.select(*identity)), identity, "left_semi")
                .groupBy(*identity)
                .agg(*_exprs("array_sort(collect_set(reason)) AS reasons",
@@ -300,17 +304,16 @@ def top_poison(prepared: DataFrame, messages: DataFrame, split: Split) -> DataFr
         ranking)
 
 
-def replay_candidates(prepared: DataFrame, messages: DataFrame, split: Split) -> DataFrame:
+def replay_candidates(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFrame:
     """Dead letters safe to send back: messages that died once only, for a
     transient reason, and wait in a dead-letter queue.  Their original
     exchange and routing keys are those of that one death."""
     identity = split.keys("vhost", "message")
     transient = ", ".join(f"'{reason}'" for reason in TRANSIENT_REASONS)
-    once = messages.where("events = 1").select(*identity)
     return _sorted(
         prepared.where(f"outcome = 'dead_lettered' AND reason IN ({transient}) "
                        "AND deaths_so_far = 1")
-        .join(once, identity, "left_semi")
+        .join(repeated.select(*identity), identity, "left_anti")
         .selectExpr("timestamp_micros(time) AS time", "node", "vhost", "queue", "reason",
                     "message_id", "body_sha256", "original_exchange",
                     "original_routing_keys", "target_queues"),
