@@ -44,10 +44,6 @@ def running_broker(data_dir: Path, node: str):
     """A broker on `data_dir` whose dead-letter events name `node`."""
     config = BrokerConfig(port=0, management_port=0, node_name=node)
     with BrokerThread(config, data_dir=str(data_dir)) as broker:
-        # broker.py does not hand config.node_name to the dead-letter log yet
-        # (the issue's report names the one line it needs); until it does,
-        # the test passes it on before anything dies.
-        broker.call(setattr, broker.broker.dead_letter_log, "node", node)
         yield broker
 
 
@@ -191,6 +187,12 @@ def read_csv(path: Path) -> list[dict]:
 def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_path):
     (source,), _ = local_sources([str(broker_data)])
     assert len(source.files) == 2
+    # The broker names itself in every line (its config's node_name), next
+    # to the message's application headers.
+    raw = [json.loads(line) for path in source.files
+           for line in Path(path).read_text().splitlines()]
+    assert len(raw) == EXPECTED["events"] and {e["node"] for e in raw} == {"broker-a"}
+    assert all(isinstance(event["headers"], dict) for event in raw)
     summary = audit(spark, broker_data, tmp_path, "--replay-candidates")
     written = json.loads((tmp_path / "summary.json").read_text())
     for key, value in EXPECTED.items():

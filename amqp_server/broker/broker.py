@@ -269,7 +269,7 @@ class Broker:
         self.dead_letter_log = DeadLetterLog(
             data_dir / "dead-letters", config.dead_letter_log_file_bytes,
             config.dead_letter_log_file_seconds, config.dead_letter_log_retention_bytes,
-            config.dead_letter_log_body_limit)
+            config.dead_letter_log_body_limit, config.node_name)
         self.store = MessageStore(data_dir / "messages")
         self.store.max_redelivery_records = config.max_redelivery_records
         self.store.log.on_congestion = self._store_congested

@@ -169,8 +169,7 @@ class DeadLetterLog:
                  body_limit: int = 64 << 10, node: str | None = None) -> None:
         self.directory = Path(directory)
         self.body_limit = body_limit
-        # The broker's node_name (the host name by default); read when the
-        # first batch is written, so it may be set after construction.
+        # The broker's node_name (the host name by default).
         self.node = node or socket.gethostname()
         self._files_settings = (str(directory), max_file_bytes, max_file_seconds,
                                 retention_bytes)
