@@ -32,6 +32,13 @@ __all__ = ["spark"]  # the session-scoped fixture, shared with test_spark_audit
 NODES = ("broker-a", "broker-b", "broker-c")
 
 
+def publish_three(channel, queue: str, arguments: dict, prefix: str) -> None:
+    """Declares `queue` with these arguments and publishes prefix-0..2 to it."""
+    channel.queue_declare(queue, arguments=arguments)
+    for n in range(3):
+        publish(channel, queue, f"{prefix}-{n}")
+
+
 def produce_poison_and_expiry(url: str) -> None:
     """broker-b: a message rejected in `work`, then in `retry`, then in
     `work` again (three deaths: poison), and three that expire in `slow`
@@ -49,10 +56,8 @@ def produce_poison_and_expiry(url: str) -> None:
         ch.exchange_declare("parking", "fanout")
         ch.queue_declare("parked")
         ch.queue_bind("parked", "parking")
-        ch.queue_declare("slow", arguments={"x-dead-letter-exchange": "parking",
-                                            "x-message-ttl": 10})
-        for n in range(3):
-            publish(ch, "slow", f"expired-b-{n}")
+        publish_three(ch, "slow", {"x-dead-letter-exchange": "parking", "x-message-ttl": 10},
+                      "expired-b")
         wait_depth(ch, "parked", 3)
 
 
@@ -60,10 +65,8 @@ def produce_overflow(url: str) -> None:
     """broker-c: two messages pushed out of a queue of one (maxlen)."""
     with pika_channel(url) as ch:
         declare_dlq(ch)
-        ch.queue_declare("bounded", arguments={"x-dead-letter-exchange": "dlx",
-                                               "x-max-length": 1})
-        for n in range(3):
-            publish(ch, "bounded", f"maxlen-c-{n}")
+        publish_three(ch, "bounded", {"x-dead-letter-exchange": "dlx", "x-max-length": 1},
+                      "maxlen-c")
         wait_depth(ch, "dlq", 2)
 
 
