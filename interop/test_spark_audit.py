@@ -21,8 +21,9 @@ import pytest
 
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
+from policies import ctl
 
-from .waiting import wait_get
+from .waiting import wait_for, wait_get
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -262,6 +263,49 @@ def test_replay_file_names_each_message_and_the_queue_it_waits_in(spark, broker_
     # Without the flag, no file from an earlier run is left behind.
     audit(spark, broker_data, tmp_path)
     assert not (tmp_path / "replay-candidates.ndjson").exists()
+
+
+def logged_events(data_dir: Path) -> int:
+    return sum(len(path.read_text().splitlines())
+               for path in (data_dir / "dead-letters").glob("*.ndjson"))
+
+
+def test_the_replay_file_drives_the_brokers_redrive(spark, tmp_path):
+    """The loop closed on a live broker: three messages expire into a
+    dead-letter queue beside a rejected one (not a candidate); the audit
+    names the expired ones; once their queue no longer expires them,
+    `amqpctl redrive --from-file` moves back exactly those."""
+    data_dir = tmp_path / "live"
+    with running_broker(data_dir, "live") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.exchange_declare("shop", "direct")
+        ch.queue_declare("quotes", arguments={"x-dead-letter-exchange": "dlx",
+                                              "x-message-ttl": 10})
+        ch.queue_bind("quotes", "shop", "quote")
+        late = [f"late-{n}" for n in range(3)]
+        for body in late:
+            ch.basic_publish("shop", "quote", body.encode(),
+                             pika.BasicProperties(message_id=body))
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "orders", "bad-order")
+        reject_all(ch, "orders", 1)
+        wait_depth(ch, "dlq", 4)
+        assert wait_for(lambda: logged_events(data_dir) == 4)  # the writer is a process
+
+        audit(spark, data_dir, tmp_path / "out", "--replay-candidates")
+        replay = tmp_path / "out" / "replay-candidates.ndjson"
+        lines = [json.loads(line) for line in replay.read_text().splitlines()]
+        assert sorted(line["message_id"] for line in lines) == late
+        assert {(line["queue"], line["exchange"], tuple(line["routing_keys"]))
+                for line in lines} == {("dlq", "shop", ("quote",))}
+
+        ch.queue_delete("quotes")
+        ch.queue_declare("quotes")
+        ch.queue_bind("quotes", "shop", "quote")
+        assert ctl.main(["--port", str(broker.management_port), "redrive",
+                         "--from-file", str(replay)]) == 0
+        assert sorted(wait_get(ch, "quotes")[2] for _ in late) == [b.encode() for b in late]
+        assert queue_depth(ch, "dlq") == 1 and wait_get(ch, "dlq")[2] == b"bad-order"
 
 
 def test_rerun_reads_only_what_is_new_and_counts_nothing_twice(spark, broker_data, tmp_path):
