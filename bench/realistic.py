@@ -14,7 +14,8 @@ so the broker stays the bottleneck:
 - `transient-distinct`: the same properties, published to a queue whose
   consumer acks with one multiple ack every 100 deliveries.
 - `latency`: publishes paced at a fixed rate, each carrying its send time;
-  the consumer (same process, same clock) records how long each took.
+  the consumer, in another process reading the same monotonic clock,
+  records how long each took.
 - `durable-declares`: durable queues with a dead-letter exchange declared
   one after another, the rate measured per window of 2,000 declares.
 
@@ -285,20 +286,16 @@ class Timing(BenchConnection):
         self.buffer = data[pos:]
 
 
-async def _paced(url: str, rate: int, seconds: float) -> dict:
-    queue = f"bench-{uuid.uuid4().hex[:8]}-latency"
-    consumer = await connect(url, Timing)
+async def _publish_paced(url: str, queue: str, rate: int, total: int, start_at: float) -> None:
+    """Publishes in ticks of 1 ms: each message leaves as close to its own
+    moment as the loop allows, carrying that moment (perf_counter is the
+    system's monotonic clock, the same in the consumer's process)."""
     publisher = await connect(url)
-    for conn in (consumer, publisher):
-        await conn.open_channel(1)
-    await consumer.call(1, make(spec.Queue.Declare, queue=queue), spec.Queue.DeclareOk)
-    await consumer.call(1, make(spec.Basic.Consume, queue=queue, no_ack=True),
-                        spec.Basic.ConsumeOk)
+    await publisher.open_channel(1)
     run = uuid.uuid4().hex[:6]
-    total = int(rate * seconds)
+    while time.time() < start_at:
+        await asyncio.sleep(0.001)
     start = time.perf_counter()
-    # Publish in ticks of 1 ms: each message leaves as close to its own
-    # moment as the loop allows, carrying that moment.
     sent = 0
     while sent < total:
         due = min(total, int((time.perf_counter() - start) * rate) + 1)
@@ -310,13 +307,34 @@ async def _paced(url: str, rate: int, seconds: float) -> dict:
         if out:
             publisher.transport.write(b"".join(out))
         await asyncio.sleep(0.001)
-    deadline = time.perf_counter() + 10
+    await publisher.call(1, make(spec.Basic.Qos, prefetch_count=0), spec.Basic.QosOk)
+    await publisher.close()
+
+
+def _paced_publisher_process(*args) -> None:
+    _run(_publish_paced(*args))
+
+
+async def _paced(url: str, rate: int, seconds: float) -> dict:
+    """The consumer here, the paced publisher in a process of its own, so
+    neither's work delays the other's reads."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}-latency"
+    consumer = await connect(url, Timing)
+    await consumer.open_channel(1)
+    await consumer.call(1, make(spec.Queue.Declare, queue=queue), spec.Queue.DeclareOk)
+    await consumer.call(1, make(spec.Basic.Consume, queue=queue, no_ack=True),
+                        spec.Basic.ConsumeOk)
+    total = int(rate * seconds)
+    publisher = mp.get_context("spawn").Process(
+        target=_paced_publisher_process, args=(url, queue, rate, total, time.time() + 1.0))
+    publisher.start()
+    deadline = time.perf_counter() + seconds + 15
     while len(consumer.latencies) < total and time.perf_counter() < deadline:
         await asyncio.sleep(0.01)
+    _finish(publisher, 5)
     latencies = sorted(consumer.latencies)
     await consumer.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)
-    for conn in (consumer, publisher):
-        await conn.close()
+    await consumer.close()
     if len(latencies) < total:
         return {"messages": len(latencies), "failed": f"{len(latencies)} of {total} arrived"}
 
