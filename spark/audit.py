@@ -18,7 +18,9 @@ without Spark installed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +30,9 @@ EXIT_NO_EXTRA = 69  # EX_UNAVAILABLE
 # What the `audit` extra brings; an ImportError naming another module is a bug.
 EXTRA_MODULES = ("pyspark", "py4j", "pyarrow", "pandas", "grpc", "matplotlib", "rich")
 INSTALL_HINT = "pip install 'amqp-server[audit]'"
+# The report's charts (matplotlib, half a second to import): imported on a
+# thread while the JVM starts, which leaves this process idle.
+CHARTS = f"{__package__ or 'spark'}.charts"
 
 
 def _moment(text: str) -> datetime:
@@ -82,6 +87,32 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _no_extra(exc: ImportError) -> int:
+    if (exc.name or "").split(".")[0] not in EXTRA_MODULES:
+        raise exc
+    return _fail(f"needs the audit extra ({exc.name} is missing): {INSTALL_HINT}",
+                 EXIT_NO_EXTRA)
+
+
+class _Preload(threading.Thread):
+    """Imports a module on a thread; `error()` waits and gives its ImportError."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(daemon=True)
+        self.module, self._error = module, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            importlib.import_module(self.module)
+        except ImportError as exc:
+            self._error = exc
+
+    def error(self) -> ImportError | None:
+        self.join()
+        return self._error
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -90,10 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         from .session import build_session
         from .sources import DataDirError
     except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in EXTRA_MODULES:
-            raise
-        return _fail(f"needs the audit extra ({exc.name} is missing): {INSTALL_HINT}",
-                     EXIT_NO_EXTRA)
+        return _no_extra(exc)
+    charts = _Preload(CHARTS)
     progress = Progress(quiet=args.quiet)
     try:
         # Plain paths are checked before Spark starts: a typo fails at once.
@@ -107,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(args.master, args.remote, dict(args.conf),
                           quick_jit=sizing is not None and sizing.quick_jit)
     try:
+        missing = charts.error()
+        if missing is not None:
+            return _no_extra(missing)
         summary = job.run(spark, args, progress)
     except DataDirError as exc:
         return _fail(str(exc), EXIT_NO_LOG)

@@ -8,9 +8,23 @@ LAST_BUCKET = ">=1h"
 BUCKET_LABELS = tuple(name for _, name in TIME_BUCKETS) + (LAST_BUCKET,)
 
 
+# Bars per minute over two hours or less, per hour up to a week, else per day.
+UNITS = ((7200, "minute"), (7 * 86400, "hour"))
+LAST_UNIT = "day"
+NO_SPAN_UNIT = "hour"  # no events
+
+
 def bucket_unit(first_micros: int | None, last_micros: int | None) -> str:
-    """Bars per minute over two hours or less, per hour up to a week, else per day."""
     if first_micros is None or last_micros is None:
-        return "hour"
+        return NO_SPAN_UNIT
     span = (last_micros - first_micros) / 1_000_000
-    return "minute" if span <= 7200 else "hour" if span <= 7 * 86400 else "day"
+    return next((unit for limit, unit in UNITS if span <= limit), LAST_UNIT)
+
+
+def bucket_unit_sql(first: str, last: str) -> str:
+    """`bucket_unit` as Spark SQL on two µs columns, so the timeline's unit
+    is decided inside the query that counts it."""
+    steps = " ".join(f"WHEN ({last} - {first}) / 1000000 <= {limit} THEN '{unit}'"
+                     for limit, unit in UNITS)
+    return (f"CASE WHEN {first} IS NULL OR {last} IS NULL THEN '{NO_SPAN_UNIT}' {steps} "
+            f"ELSE '{LAST_UNIT}' END")

@@ -4,8 +4,9 @@ Parquet dataset, and in which batch.
 It lives next to the dataset, under `--parquet-dir/checkpoint/`, as small
 JSON files that are only ever added (one per compaction that found new
 files), written through Spark, so it works wherever the dataset does: a
-local disk, a shared filesystem, HDFS, S3.  Spark's commit protocol
-makes each file appear whole or not at all, and that is the commit point:
+shared filesystem, HDFS, S3 (on a local path Python writes it and renames
+it into place, which is quicker than a Spark job).  Each file appears
+whole or not at all, and that is the commit point:
 rows of a batch no checkpoint file names (a run that died between writing
 the Parquet and committing) are never read, and their files are compacted
 again.  Entries and batches are per data directory: each broker is
@@ -19,6 +20,8 @@ compact the same files.
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,5 +76,26 @@ def _load_local(directory: Path) -> Checkpoint:
 
 def commit(spark: SparkSession, parquet_dir: str,
            entries: list[tuple[str, str, str]]) -> None:
+    """On a local path, Python writes the file and renames it into place
+    (the rename is the commit; a Spark job for a few lines cost a second);
+    elsewhere Spark's commit protocol does it."""
+    if not is_uri(parquet_dir):
+        _commit_local(Path(parquet_dir) / CHECKPOINT, entries)
+        return
     (spark.createDataFrame(entries, SCHEMA).coalesce(1)
      .write.mode("append").json(f"{parquet_dir}/{CHECKPOINT}"))
+
+
+def _commit_local(directory: Path, entries: list[tuple[str, str, str]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"part-{uuid.uuid4().hex}.json"
+    # Written under a name starting with "." (neither _load_local nor Spark
+    # reads those), flushed, then renamed: the file appears whole or not at all.
+    temporary = directory / f".{name}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        for data_dir, file, batch in entries:
+            handle.write(json.dumps({"data_dir": data_dir, "file": file, "batch": batch},
+                                    ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, directory / name)

@@ -1,6 +1,6 @@
 """The audit on an existing SparkSession: find the logs, compact what was
-sealed since the last run, aggregate (one job), fetch every table (one
-more), write the report.  `amqp-dlq-audit` (audit.py) wraps it in a
+sealed since the last run, aggregate and fetch every table (one query),
+write the report.  `amqp-dlq-audit` (audit.py) wraps it in a
 command."""
 
 from __future__ import annotations
@@ -94,23 +94,20 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     split = tables.Split(args.by_node)
     prepared = tables.prepare(filters.apply(
         read_events(spark, sources, parquet_dir, done, filters.partitions)))
-    # One job fetches the headline numbers, building the two caches on the
-    # way; a second one fetches every table.
+    # One query fetches the headline numbers and every table; the two
+    # caches are built on the way and shared by the tables.
     facts = tables.facts(prepared).cache()
     repeated = tables.repeated(tables.per_message(prepared, split)).cache()
-    headline = tables.collect_all({"totals": tables.totals(facts, split),
-                                   "repeats": tables.repeats(repeated)})
-    (totals,), (repeats,) = headline["totals"].to_pylist(), headline["repeats"].to_pylist()
-    summary = tables.summary(totals, repeats["repeats"])
-    unit = bucket_unit(totals["first"], totals["last"])
-
-    progress("computing the tables")
-    frames = {name: build(facts, split) for name, build in tables.FROM_FACTS.items()}
-    frames["over_time"] = tables.over_time(prepared, unit, split)
+    frames = {"totals": tables.totals(facts, split), "repeats": tables.repeats(repeated)}
+    frames.update({name: build(facts, split) for name, build in tables.FROM_FACTS.items()})
+    frames["over_time"] = tables.over_time(prepared, facts, split)
     frames["top_poison"] = tables.top_poison(prepared, repeated, split)
     if args.replay_candidates:
         frames["replay_candidates"] = tables.replay_candidates(prepared, repeated, split)
     fetched = tables.collect_all(frames)
+    (totals,), (repeats,) = fetched.pop("totals").to_pylist(), fetched.pop("repeats").to_pylist()
+    summary = tables.summary(totals, repeats["repeats"])
+    unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()
     repeated.unpersist()
 

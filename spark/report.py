@@ -16,8 +16,6 @@ from rich.table import Table as RichTable
 
 from dlx.deaths import REASONS
 
-from . import charts
-
 TITLES = {
     "over_time": "Dead letters over time, by reason",
     "by_node": "By broker (node) and reason",
@@ -104,6 +102,10 @@ def _img(png: str | None) -> str:
 
 
 def _charts(tables: dict[str, Table]) -> dict[str, str | None]:
+    # Imported here: matplotlib takes half a second, which audit.py spends
+    # while the JVM starts (see CHARTS there).
+    from . import charts
+
     rows = {name: table.dicts() for name, table in tables.items()}
     return {
         "over_time": charts.over_time(rows["over_time"]),

@@ -24,6 +24,10 @@ from . import jvm_start
 
 # Small aggregates: a few shuffle partitions beat Spark's default 200.
 SHUFFLE_PARTITIONS = "4"
+# Compaction writes a task's rows (one log file: one node, a day or two)
+# to that many Parquet files at once instead of sorting them by partition
+# first (Spark's default, a copy of every row); more falls back to sorting.
+CONCURRENT_WRITERS = "4"
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
 C1_ONLY = "-XX:TieredStopAtLevel=1"
@@ -74,6 +78,7 @@ def build_session(master: str | None = None, remote: str | None = None,
                    .config("spark.ui.showConsoleProgress", "false"))
     builder = (builder.appName(app_name)
                .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
+               .config("spark.sql.maxConcurrentOutputFileWriters", CONCURRENT_WRITERS)
                .config("spark.sql.session.timeZone", "UTC"))
     # --conf wins over the defaults above.
     for key, value in conf.items():

@@ -8,8 +8,8 @@ brokers' configuration (queues, reasons, outcomes), not their traffic, so
 it is cached and most tables are cheap re-aggregations of it.  One row per
 message gives the message counts and the few messages that died more than
 once (cached), from which the top poison messages and the replay
-candidates come.  `collect_all` fetches the headline numbers in one Spark
-job and every table in another.
+candidates come.  `collect_all` fetches the headline numbers and every
+table in one Spark query.
 
 Every table is sorted on all of its key columns, so two runs over the same
 log give the same rows in the same order wherever they ran.  With `by_node`
@@ -31,7 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
 
-from .buckets import BUCKET_LABELS
+from .buckets import BUCKET_LABELS, bucket_unit_sql
 
 # Reasons that say the consumer or the queue was overwhelmed, not that the
 # message itself is poison: a message that died once for one of them can go
@@ -258,10 +258,15 @@ FROM_FACTS = {
 
 # ---- tables from the events ---------------------------------------------------
 
-def over_time(prepared: DataFrame, unit: str, split: Split) -> DataFrame:
+def over_time(prepared: DataFrame, facts: DataFrame, split: Split) -> DataFrame:
+    """Events per bar of time; the bars' width (bucket_unit) follows the
+    span of the events, taken from the facts in the same query, so no
+    Spark job has to run before this one."""
     keys = split.keys("bucket", "reason")
-    bucket = F.expr(f"date_trunc('{unit}', timestamp_micros(time))")
-    counts = prepared.withColumn("bucket", bucket).groupBy(*keys).agg(F.expr("count(1) AS events"))
+    unit = facts.selectExpr(f"{bucket_unit_sql('min(first)', 'max(last)')} AS bucket_unit")
+    counts = (prepared.crossJoin(F.broadcast(unit))
+              .selectExpr("date_trunc(bucket_unit, timestamp_micros(time)) AS bucket", "*")
+              .groupBy(*keys).agg(F.expr("count(1) AS events")))
     return _sorted(counts, keys)
 
 
