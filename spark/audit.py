@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 import threading
 from datetime import datetime
@@ -94,6 +95,13 @@ def _no_extra(exc: ImportError) -> int:
                  EXIT_NO_EXTRA)
 
 
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # in sys.modules as None: blocked
+        return False
+
+
 class _Preload(threading.Thread):
     """Imports a module on a thread; `error()` waits and gives its ImportError."""
 
@@ -120,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         from .progress import Progress
         from .session import build_session
         from .sources import DataDirError
+
+        if not _findable("matplotlib"):  # imported later, on a thread (CHARTS)
+            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
     except ImportError as exc:
         return _no_extra(exc)
     charts = _Preload(CHARTS)
