@@ -234,12 +234,9 @@ def splice_dead_letter(header: bytes, offset: int, layout: Layout, new_headers: 
                      new_headers, header[h_end:e_start], header[e_end:]))
 
 
-def delivery_mode(header: bytes, offset: int) -> int | None:
-    """The delivery-mode property read in place (content-type,
-    content-encoding and headers are skipped, not decoded)."""
-    (flags,) = _U16.unpack_from(header, offset)
-    if not flags & (1 << 12):
-        return None
+def _past_headers(header: bytes, offset: int, flags: int) -> int:
+    """Where the properties after the headers table start (content-type,
+    content-encoding and headers skipped, not decoded)."""
     pos = offset + 2
     if flags & (1 << 15):
         pos += 1 + header[pos]
@@ -247,7 +244,15 @@ def delivery_mode(header: bytes, offset: int) -> int | None:
         pos += 1 + header[pos]
     if flags & _HEADERS_BIT:
         pos += 4 + _U32.unpack_from(header, pos)[0]
-    return header[pos]
+    return pos
+
+
+def delivery_mode(header: bytes, offset: int) -> int | None:
+    """The delivery-mode property read in place."""
+    (flags,) = _U16.unpack_from(header, offset)
+    if not flags & (1 << 12):
+        return None
+    return header[_past_headers(header, offset, flags)]
 
 
 def message_priority(header: bytes, offset: int) -> int | None:
@@ -255,13 +260,7 @@ def message_priority(header: bytes, offset: int) -> int | None:
     (flags,) = _U16.unpack_from(header, offset)
     if not flags & (1 << 11):
         return None
-    pos = offset + 2
-    if flags & (1 << 15):
-        pos += 1 + header[pos]
-    if flags & (1 << 14):
-        pos += 1 + header[pos]
-    if flags & _HEADERS_BIT:
-        pos += 4 + _U32.unpack_from(header, pos)[0]
+    pos = _past_headers(header, offset, flags)
     if flags & (1 << 12):
         pos += 1
     return header[pos]

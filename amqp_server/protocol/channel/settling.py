@@ -131,11 +131,7 @@ class SettlingPart:
             self._discard(taken)
 
     def _requeue(self, taken: list[tuple[int, tuple]], by_client: bool = True) -> None:
-        by_queue: dict = {}
-        for _, (queue, entry, consumer) in taken:
-            if consumer is not None:
-                consumer.unacked -= 1
-            by_queue.setdefault(queue, []).append(entry)
+        by_queue = self._released(taken)
         for queue, entries in by_queue.items():
             if queue.deleted:
                 queue.settle(entries)  # nowhere to go back to
@@ -145,17 +141,24 @@ class SettlingPart:
 
     def _discard(self, taken: list[tuple[int, tuple]]) -> None:
         """Rejected without requeue: the messages die with reason 'rejected'."""
-        by_queue: dict = {}
-        for _, (queue, entry, consumer) in taken:
-            if consumer is not None:
-                consumer.unacked -= 1
-            by_queue.setdefault(queue, []).append(entry)
+        by_queue = self._released(taken)
         for queue, entries in by_queue.items():
             if queue.deleted:
                 queue.settle(entries)
             else:
                 queue.reject(entries)
         self._after_release(set(by_queue))
+
+    @staticmethod
+    def _released(taken: list[tuple[int, tuple]]) -> dict:
+        """The taken entries by queue, their consumers' unacked counts
+        given back."""
+        by_queue: dict = {}
+        for _, (queue, entry, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            by_queue.setdefault(queue, []).append(entry)
+        return by_queue
 
     def _basic_recover_async(self, method) -> None:
         if not method.requeue:
