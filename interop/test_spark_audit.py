@@ -185,6 +185,21 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def code_cache(spark) -> tuple[int, int]:
+    """The driver JVM's code cache: bytes used, bytes it may grow to."""
+    pools = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    usages = [pool.getUsage() for pool in pools if pool.getName().startswith(("CodeCache", "CodeHeap"))]
+    return sum(u.getUsed() for u in usages), sum(u.getMax() for u in usages)
+
+
+def test_a_quick_start_session_keeps_room_for_many_queries(spark):
+    """C1 alone would shrink the code cache to 48 MB; the suite's one
+    session, which runs every audit here, filled it (CI: InternalError,
+    no such method MethodHandle.linkToSpecial, in the fleet test)."""
+    used, limit = code_cache(spark)
+    assert limit >= 240 * 1024 * 1024, (used, limit)
+
+
 def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_path):
     (source,), _ = local_sources([str(broker_data)])
     assert len(source.files) == 2

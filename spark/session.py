@@ -30,7 +30,12 @@ SHUFFLE_PARTITIONS = "4"
 CONCURRENT_WRITERS = "4"
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 EXECUTOR_OPTIONS = "spark.executor.extraJavaOptions"
-C1_ONLY = "-XX:TieredStopAtLevel=1"
+# C1 alone shrinks the code cache to 48 MB (HotSpot's client default); a
+# session that runs many queries fills it with generated Spark code, and a
+# full cache fails the JVM's own method-handle adapters (InternalError:
+# "no such method: MethodHandle.linkToSpecial").  Tiered's 240 MB instead:
+# reserved address space, committed as used.
+QUICK_JIT = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
 # SQL settings for a light input and for any other (Spark's, but for the
 # shuffle partitions); they can change on a live session, so run() sets them
 # once it has sized the input, where --conf does not set them.
@@ -66,7 +71,7 @@ def build_session(master: str | None = None, remote: str | None = None,
     else:
         # The driver binds to loopback instead of guessing an interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        c1 = [C1_ONLY] if quick_jit else []
+        c1 = QUICK_JIT if quick_jit else []
         conf[DRIVER_OPTIONS] = _java_options(jvm_start.java_options() + c1,
                                              conf.get(DRIVER_OPTIONS))
         if quick_jit:  # on a cluster, its executors too (in local mode the driver is one)
