@@ -259,6 +259,9 @@ def transient_distinct(url: str, count: int, timeout: float) -> dict:
 
 # ---- latency at a paced rate -------------------------------------------------
 
+_NOT_REPLIES = (b"\x00\x3c\x00\x3c", b"\x00\x3c\x00\x28")  # basic.deliver, basic.publish
+
+
 class Timing(BenchConnection):
     """Records, for each delivery, now minus the send time in its body."""
 
@@ -280,18 +283,16 @@ class Timing(BenchConnection):
             if frame_type == 3:
                 (sent,) = struct.unpack_from(">d", data, pos + 7)
                 self.latencies.append(now - sent)
-            elif frame_type == 1 and data[pos + 7:pos + 11] != b"\x00\x3c\x00\x3c":
+            elif frame_type == 1 and data[pos + 7:pos + 11] not in _NOT_REPLIES:
                 self.replies.put_nowait((channel, decode_method(data[pos + 7:frame_end])))
             pos = frame_end + 1
         self.buffer = data[pos:]
 
 
-async def _publish_paced(url: str, queue: str, rate: int, total: int, start_at: float) -> None:
+async def pace(transport, queue: str, rate: int, total: int, start_at: float) -> None:
     """Publishes in ticks of 1 ms: each message leaves as close to its own
     moment as the loop allows, carrying that moment (perf_counter is the
     system's monotonic clock, the same in the consumer's process)."""
-    publisher = await connect(url)
-    await publisher.open_channel(1)
     run = uuid.uuid4().hex[:6]
     while time.time() < start_at:
         await asyncio.sleep(0.001)
@@ -305,14 +306,39 @@ async def _publish_paced(url: str, queue: str, rate: int, total: int, start_at: 
             out.append(encoded_publish(1, "", queue, body, 1, app_properties(sent, run)))
             sent += 1
         if out:
-            publisher.transport.write(b"".join(out))
+            transport.write(b"".join(out))
         await asyncio.sleep(0.001)
+
+
+async def _publish_paced(url: str, queue: str, rate: int, total: int, start_at: float) -> None:
+    publisher = await connect(url)
+    await publisher.open_channel(1)
+    await pace(publisher.transport, queue, rate, total, start_at)
     await publisher.call(1, make(spec.Basic.Qos, prefetch_count=0), spec.Basic.QosOk)
     await publisher.close()
 
 
 def _paced_publisher_process(*args) -> None:
     _run(_publish_paced(*args))
+
+
+async def collect(consumer: Timing, total: int, seconds: float) -> list[float]:
+    """The latencies, sorted, once `total` arrived or time is up."""
+    deadline = time.perf_counter() + seconds + 15
+    while len(consumer.latencies) < total and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
+    return sorted(consumer.latencies)
+
+
+def latency_summary(latencies: list[float], total: int, rate: int) -> dict:
+    if len(latencies) < total:
+        return {"messages": len(latencies), "failed": f"{len(latencies)} of {total} arrived"}
+
+    def at(fraction: float) -> float:
+        return round(latencies[min(len(latencies) - 1, int(fraction * len(latencies)))] * 1000, 3)
+
+    return {"messages": total, "rate": rate, "p50_ms": at(0.50), "p99_ms": at(0.99),
+            "p999_ms": at(0.999), "max_ms": round(latencies[-1] * 1000, 3)}
 
 
 async def _paced(url: str, rate: int, seconds: float) -> dict:
@@ -328,21 +354,11 @@ async def _paced(url: str, rate: int, seconds: float) -> dict:
     publisher = mp.get_context("spawn").Process(
         target=_paced_publisher_process, args=(url, queue, rate, total, time.time() + 1.0))
     publisher.start()
-    deadline = time.perf_counter() + seconds + 15
-    while len(consumer.latencies) < total and time.perf_counter() < deadline:
-        await asyncio.sleep(0.01)
+    latencies = await collect(consumer, total, seconds)
     _finish(publisher, 5)
-    latencies = sorted(consumer.latencies)
     await consumer.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)
     await consumer.close()
-    if len(latencies) < total:
-        return {"messages": len(latencies), "failed": f"{len(latencies)} of {total} arrived"}
-
-    def at(fraction: float) -> float:
-        return round(latencies[min(len(latencies) - 1, int(fraction * len(latencies)))] * 1000, 3)
-
-    return {"messages": total, "rate": rate, "p50_ms": at(0.50), "p99_ms": at(0.99),
-            "p999_ms": at(0.999), "max_ms": round(latencies[-1] * 1000, 3)}
+    return latency_summary(latencies, total, rate)
 
 
 def latency(url: str, rate: int, seconds: float) -> dict:
