@@ -191,6 +191,9 @@ def test_amqpctl_verbs_and_errors(broker, capsys):
     assert ctl(broker, "list_user_permissions", "dave", "--formatter", "json") == 0
     assert json.loads(capsys.readouterr().out) == [
         {"vhost": "staging", "configure": ".*", "write": ".*", "read": ".*"}]
+    # rabbitmqctl: exit 69 for a user that does not exist, not an empty list.
+    assert ctl(broker, "list_user_permissions", "nobody") == 69
+    assert "user 'nobody' does not exist" in capsys.readouterr().err
     conn = connect(broker, "dave", "pw", "staging")
     conn.channel().queue_declare("anything")
     conn.close()

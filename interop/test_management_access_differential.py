@@ -66,6 +66,7 @@ REQUESTS = (
     ("GET", "/api/definitions", None),
     ("GET", "/api/users", None),
     ("GET", "/api/permissions", None),
+    ("GET", "/api/users/md.missing/permissions", None),
 )
 # Routes that read the objects of vhost "/", where the monitoring user has
 # no permissions: the model lets monitoring read every vhost.

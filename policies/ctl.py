@@ -336,7 +336,12 @@ def list_permissions(api: Api, args) -> None:
 
 def list_user_permissions(api: Api, args) -> None:
     _say(args, f'Listing permissions for user "{args.user}" ...')
-    rows = api.call("GET", f"{_user_path(args.user)}/permissions")
+    try:
+        rows = api.call("GET", f"{_user_path(args.user)}/permissions")
+    except CtlError as exc:
+        if str(exc) == "not found":  # rabbitmqctl's words and exit code
+            raise CtlError(f"user '{args.user}' does not exist", EX_UNAVAILABLE) from None
+        raise
     _table(args, ["vhost", "configure", "write", "read"], rows)
 
 

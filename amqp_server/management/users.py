@@ -89,6 +89,8 @@ async def list_permissions(request: web.Request) -> web.Response:
     user = request.match_info.get("user")
     if vhost is not None:
         broker.vhosts[vhost]  # 404 for an unknown vhost
+    if user is not None:
+        broker.users[user]  # and for an unknown user
     return web.json_response([
         permission.as_json(u, v) for (u, v), permission in sorted(broker.permissions.items())
         if (vhost is None or v == vhost) and (user is None or u == user)])
