@@ -10,7 +10,8 @@ run spends more time compiling than running (measured on 2 cores: a
 (decided before the driver starts) stops the JVMs at their quick C1
 compiler; for a light input `tune` has Spark interpret its expressions
 instead of generating Java for them, plan each query once (no adaptive
-re-planning between stages) and shuffle into one partition.
+re-planning between stages) and shuffle into one partition; a medium one
+generates code but is still planned once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from . import jvm_start
+from .sizing import Sizing
 
 # Small aggregates: a few shuffle partitions beat Spark's default 200.
 SHUFFLE_PARTITIONS = "4"
@@ -91,7 +93,16 @@ def build_session(master: str | None = None, remote: str | None = None,
     return builder.getOrCreate()
 
 
-def tune(spark: SparkSession, light: bool, given: dict[str, str]) -> None:
+def sql_conf(sizing: Sizing | None) -> dict[str, str]:
+    """The SQL settings for an input of this size (None: not sized)."""
+    if sizing is None:
+        return HEAVY_SQL_CONF
+    if sizing.light:
+        return LIGHT_SQL_CONF
+    return {**HEAVY_SQL_CONF, "spark.sql.adaptive.enabled": str(sizing.adaptive).lower()}
+
+
+def tune(spark: SparkSession, sizing: Sizing | None, given: dict[str, str]) -> None:
     """The SQL settings for this input; those given with --conf win."""
-    for key, value in (LIGHT_SQL_CONF if light else HEAVY_SQL_CONF).items():
+    for key, value in sql_conf(sizing).items():
         spark.conf.set(key, given.get(key, value))
