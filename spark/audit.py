@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     progress("starting Spark")
     spark = build_session(args.master, args.remote, dict(args.conf),
-                          quick_jit=sizing is not None and sizing.quick_jit)
+                          quick_jit=sizing is not None and sizing.quick_jit,
+                          throughput_gc=sizing is not None and not sizing.light)
     try:
         missing = charts.error()
         if missing is not None:

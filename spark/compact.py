@@ -27,6 +27,22 @@ from .schema import COMPACTED_SCHEMA, EVENT_SCHEMA, EVENTS_SCHEMA, PARTITIONS
 from .sources import LogSource
 
 EVENTS = "events"
+# Columns whose values are all but unique per event.  Parquet's dictionary
+# encoding would hash every value into a dictionary that outgrows its page
+# and is then thrown away (the values written again, plain); their min/max
+# statistics narrow no filter the audit has.  Measured on 2 cores, 1M
+# events: dictionary and statistics were 20% and 4% of compaction's CPU;
+# without them for these columns compaction took 17-19 s instead of 21-24.
+UNIQUE_COLUMNS = ("time", "message_id", "body_sha256", "body", "message")
+WRITE_OPTIONS = {
+    "compression": "zstd",
+    **{f"parquet.enable.dictionary#{name}": "false" for name in UNIQUE_COLUMNS},
+    # time keeps its statistics: --since and --until skip row groups by them.
+    **{f"parquet.column.statistics.enabled#{name}": "false" for name in UNIQUE_COLUMNS
+       if name != "time"},
+    # Per-page histograms of value sizes, for readers other than Spark.
+    "parquet.size.statistics.enabled": "false",
+}
 
 
 def _name(path: str) -> str:
@@ -69,7 +85,7 @@ def compact(spark: SparkSession, parquet_dir: str,
     events = _union(spark, [read_json(spark, source, files).withColumn("batch", F.lit(batch))
                             for (source, files), batch in zip(todo, batches)])
     (events.withColumn("day", F.to_date(F.timestamp_micros("time")))
-     .write.mode("append").partitionBy(*PARTITIONS).option("compression", "zstd")
+     .write.mode("append").partitionBy(*PARTITIONS).options(**WRITE_OPTIONS)
      .parquet(f"{parquet_dir}/{EVENTS}"))
     entries = [(source.data_dir, _name(path), batch)
                for (source, files), batch in zip(todo, batches) for path in files]

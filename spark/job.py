@@ -82,7 +82,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     parquet_dir = check_parquet_dir(args, sources)
     done = checkpoint.load(spark, parquet_dir) if parquet_dir else checkpoint.Checkpoint()
     sizing = size_input(sources, parquet_dir, done)
-    tune(spark, sizing is not None and sizing.light, dict(args.conf))
+    tune(spark, sizing, dict(args.conf))
     todo = [] if args.no_compact else to_compact(sources, done)
     if todo:
         progress(f"compacting {sum(len(files) for _, files in todo)} sealed log files of "
