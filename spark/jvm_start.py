@@ -36,6 +36,9 @@ QUIET = "-Xlog:cds*=off"
 # HotSpot's dynamic archive magic (0xf00baba8), little-endian: a file that
 # does not start with it is not one the JVM could map.
 DYNAMIC_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")
+# Beside each archive: the Java binary and pyspark install it was made
+# from, one path per line, so that one of a removed install can be deleted.
+OWNER_SUFFIX = ".install"
 
 
 def cache_dir() -> Path | None:
@@ -51,6 +54,14 @@ def _java() -> str | None:
     home = os.environ.get("JAVA_HOME")
     found = Path(home) / "bin" / "java" if home else shutil.which("java")
     return os.path.realpath(found) if found and os.path.exists(found) else None
+
+
+def _install() -> list[str]:
+    """The files an archive was made from: Java, then pyspark."""
+    import pyspark
+
+    java = _java()
+    return [java, pyspark.__file__] if java else []
 
 
 def archive_name() -> str | None:
@@ -112,11 +123,35 @@ def _log_options(directory: Path) -> list[str]:
     return [f"-Dlog4j2.configurationFile={path}"]
 
 
+def _forget_other_installs(directory: Path, current: str) -> None:
+    """An archive is some 170 MB and every pyspark install (a virtualenv, a
+    CI clone) has its own: those of installs that are gone are deleted,
+    and so is any other install's archive not yet put in place that no JVM
+    is writing any more (its own next run writes it again)."""
+    for owner in directory.glob(f"spark-*{OWNER_SUFFIX}"):
+        name = owner.name[:-len(OWNER_SUFFIX)]
+        if name == current:
+            continue
+        try:
+            made_from = owner.read_text().split()
+        except OSError:
+            continue
+        if all(os.path.exists(path) for path in made_from):
+            continue
+        for stale in directory.glob(f"{name}.*"):
+            if not _being_written(stale):
+                stale.unlink(missing_ok=True)
+    for written in directory.glob("spark-*.tmp"):
+        if not written.name.startswith(f"{current}.") and not _being_written(written):
+            written.unlink(missing_ok=True)
+
+
 def _archive_options(directory: Path) -> list[str]:
     """The options that use the archive, or write it when there is none."""
     name = archive_name()
     if name is None or not os.path.isdir("/proc"):
         return []
+    _forget_other_installs(directory, name)
     final = directory / f"{name}.jsa"
     for written in directory.glob(f"{name}.*.tmp"):
         if _being_written(written):
@@ -127,6 +162,9 @@ def _archive_options(directory: Path) -> list[str]:
             os.replace(written, final)
         else:  # its JVM died before it got far
             written.unlink(missing_ok=True)
+    owner = directory / f"{name}{OWNER_SUFFIX}"
+    if not owner.exists():
+        owner.write_text("\n".join(_install()) + "\n")
     if final.exists():
         return [f"-XX:SharedArchiveFile={final}", QUIET]
     return [f"-XX:ArchiveClassesAtExit={directory / f'{name}.{uuid.uuid4().hex}.tmp'}", QUIET]

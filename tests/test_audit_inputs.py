@@ -96,6 +96,26 @@ def test_a_written_class_archive_is_put_in_place_once_no_jvm_writes_it(tmp_path,
     assert not finished.exists()
 
 
+def test_archives_of_installs_that_are_gone_are_deleted(tmp_path, monkeypatch):
+    monkeypatch.setenv(jvm_start.ENV, str(tmp_path))
+    name = jvm_start.archive_name()
+    if name is None:
+        pytest.skip("no java on this machine")
+    removed, kept = tmp_path / "removed-venv" / "pyspark.py", tmp_path / "kept-venv" / "pyspark.py"
+    kept.parent.mkdir()
+    kept.write_text("")
+    for other, made_from in (("spark-4.0.0-aaaa", removed), ("spark-4.0.0-bbbb", kept)):
+        (tmp_path / f"{other}.jsa").write_bytes(jvm_start.DYNAMIC_ARCHIVE_MAGIC)
+        (tmp_path / f"{other}.install").write_text(f"{jvm_start._java()}\n{made_from}\n")
+    # Another install's archive left under its temporary name: no JVM writes it.
+    (tmp_path / "spark-4.0.0-cccc.0123.tmp").write_bytes(jvm_start.DYNAMIC_ARCHIVE_MAGIC)
+    jvm_start.java_options()
+    left = sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("spark-"))
+    assert left == ["spark-4.0.0-bbbb.install", "spark-4.0.0-bbbb.jsa", f"{name}.install"]
+    # This install's own record names what it was made from.
+    assert (tmp_path / f"{name}.install").read_text().split() == jvm_start._install()
+
+
 def test_the_class_archive_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(jvm_start.ENV, "")
     assert jvm_start.java_options() == []
