@@ -47,6 +47,10 @@ class _Relay(asyncio.Protocol):
         if data and self.role == ROLE_PUBLISHER and _Relay.consumer is not None:
             _Relay.consumer.write(data)
 
+    def connection_lost(self, exc) -> None:
+        if _Relay.consumer is self.transport:
+            _Relay.consumer = None
+
 
 async def _serve(ports: mp.Queue, stop) -> None:
     server = await asyncio.get_running_loop().create_server(_Relay, "127.0.0.1", 0)
@@ -66,6 +70,7 @@ async def _publish_raw(port: int, rate: int, total: int, start_at: float) -> Non
     await pace(writer.transport, "floor", rate, total, start_at)
     await writer.drain()
     writer.close()
+    await writer.wait_closed()
 
 
 def _publisher_process(*args) -> None:
@@ -156,6 +161,7 @@ def _medians(runs: dict[str, list[dict]]) -> dict:
         summary[who]["p99_spread"] = [min(r["p99_ms"] for r in good),
                                       max(r["p99_ms"] for r in good)]
         summary[who]["runs"] = len(good)
+        summary[who]["failed_runs"] = len(outcomes) - len(good)
     return summary
 
 

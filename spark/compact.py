@@ -40,8 +40,6 @@ WRITE_OPTIONS = {
     # time keeps its statistics: --since and --until skip row groups by them.
     **{f"parquet.column.statistics.enabled#{name}": "false" for name in UNIQUE_COLUMNS
        if name != "time"},
-    # Per-page histograms of value sizes, for readers other than Spark.
-    "parquet.size.statistics.enabled": "false",
 }
 
 

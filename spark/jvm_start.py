@@ -123,26 +123,38 @@ def _log_options(directory: Path) -> list[str]:
     return [f"-Dlog4j2.configurationFile={path}"]
 
 
-def _forget_other_installs(directory: Path, current: str) -> None:
+def _forget_other_installs(directory: Path, current: str, install: list[str]) -> None:
     """An archive is some 170 MB and every pyspark install (a virtualenv, a
-    CI clone) has its own: those of installs that are gone are deleted,
-    and so is any other install's archive not yet put in place that no JVM
-    is writing any more (its own next run writes it again)."""
+    CI clone) has its own: those of installs that are gone, or that were
+    upgraded in place (the same files now give another name), are deleted.
+    Archives from before these records are left alone."""
     for owner in directory.glob(f"spark-*{OWNER_SUFFIX}"):
         name = owner.name[:-len(OWNER_SUFFIX)]
         if name == current:
             continue
         try:
-            made_from = owner.read_text().split()
+            made_from = owner.read_text().splitlines()
         except OSError:
             continue
-        if all(os.path.exists(path) for path in made_from):
+        if made_from != install and all(os.path.exists(path) for path in made_from):
             continue
         for stale in directory.glob(f"{name}.*"):
             if not _being_written(stale):
                 stale.unlink(missing_ok=True)
-    for written in directory.glob("spark-*.tmp"):
-        if not written.name.startswith(f"{current}.") and not _being_written(written):
+
+
+def _settle(directory: Path, name: str) -> None:
+    """Archives written under a temporary name whose JVM has exited: a
+    complete one is put in place, one whose JVM died before it got far is
+    dropped."""
+    for written in directory.glob(f"{name}.*.tmp"):
+        if _being_written(written):
+            continue
+        with open(written, "rb") as handle:
+            complete = handle.read(4) == DYNAMIC_ARCHIVE_MAGIC
+        if complete:
+            os.replace(written, directory / f"{name}.jsa")
+        else:
             written.unlink(missing_ok=True)
 
 
@@ -151,20 +163,20 @@ def _archive_options(directory: Path) -> list[str]:
     name = archive_name()
     if name is None or not os.path.isdir("/proc"):
         return []
-    _forget_other_installs(directory, name)
-    final = directory / f"{name}.jsa"
-    for written in directory.glob(f"{name}.*.tmp"):
-        if _being_written(written):
-            continue
-        with open(written, "rb") as handle:
-            complete = handle.read(4) == DYNAMIC_ARCHIVE_MAGIC
-        if complete:
-            os.replace(written, final)
-        else:  # its JVM died before it got far
-            written.unlink(missing_ok=True)
+    install = _install()
+    _forget_other_installs(directory, name, install)
+    # Every install's, so that no complete archive waits under a temporary
+    # name for its own install's next run.
+    for other in {path.name.rsplit(".", 2)[0] for path in directory.glob("spark-*.tmp")}:
+        _settle(directory, other)
     owner = directory / f"{name}{OWNER_SUFFIX}"
     if not owner.exists():
-        owner.write_text("\n".join(_install()) + "\n")
+        # Whole or not at all: another install reading half of it would
+        # take this one for gone.
+        part = directory / f"{owner.name}.{uuid.uuid4().hex}.part"
+        part.write_text("\n".join(install) + "\n")
+        os.replace(part, owner)
+    final = directory / f"{name}.jsa"
     if final.exists():
         return [f"-XX:SharedArchiveFile={final}", QUIET]
     return [f"-XX:ArchiveClassesAtExit={directory / f'{name}.{uuid.uuid4().hex}.tmp'}", QUIET]

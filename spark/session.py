@@ -68,6 +68,20 @@ def _java_options(ours: list[str], given: str | None) -> str:
     return " ".join(ours + ([given] if given else []))
 
 
+# Where else a driver JVM's options come from (Spark's defaults and the
+# JVM's own environment variables).
+JAVA_OPTION_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+DEFAULT_DRIVER_OPTIONS = "spark.driver.defaultJavaOptions"
+
+
+def _collector_given(conf: dict[str, str]) -> bool:
+    """Whether the driver's options name a garbage collector already: one
+    chosen there is the one, as two make the JVM refuse to start."""
+    given = [conf.get(DRIVER_OPTIONS, ""), conf.get(DEFAULT_DRIVER_OPTIONS, ""),
+             *(os.environ.get(name, "") for name in JAVA_OPTION_ENV)]
+    return any(re.search(r"-XX:\+Use\w*GC\b", options) for options in given)
+
+
 def build_session(master: str | None = None, remote: str | None = None,
                   conf: dict[str, str] | None = None, app_name: str = "amqp-dlq-audit",
                   quick_jit: bool = False, throughput_gc: bool = False) -> SparkSession:
@@ -81,9 +95,7 @@ def build_session(master: str | None = None, remote: str | None = None,
         # The driver binds to loopback instead of guessing an interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         c1 = QUICK_JIT if quick_jit else []
-        # A collector given with --conf is the one: two make the JVM refuse to start.
-        given_gc = re.search(r"-XX:\+Use\w*GC\b", conf.get(DRIVER_OPTIONS, ""))
-        gc = THROUGHPUT_GC if throughput_gc and not given_gc else []
+        gc = THROUGHPUT_GC if throughput_gc and not _collector_given(conf) else []
         conf[DRIVER_OPTIONS] = _java_options(jvm_start.java_options() + gc + c1,
                                              conf.get(DRIVER_OPTIONS))
         if quick_jit:  # on a cluster, its executors too (in local mode the driver is one)

@@ -101,21 +101,42 @@ def test_archives_of_installs_that_are_gone_are_deleted(tmp_path, monkeypatch):
     name = jvm_start.archive_name()
     if name is None:
         pytest.skip("no java on this machine")
-    removed, kept = tmp_path / "removed-venv" / "pyspark.py", tmp_path / "kept-venv" / "pyspark.py"
+    install = jvm_start._install()
+    removed = tmp_path / "removed venv" / "pyspark.py"
+    kept = tmp_path / "kept venv" / "pyspark.py"  # a space in a path is no separator
     kept.parent.mkdir()
     kept.write_text("")
-    for other, made_from in (("spark-4.0.0-aaaa", removed), ("spark-4.0.0-bbbb", kept)):
+    records = {"spark-4.0.0-aaaa": [install[0], str(removed)],
+               "spark-4.0.0-bbbb": [install[0], str(kept)],
+               "spark-4.0.0-dddd": install}  # this install before an upgrade in place
+    for other, made_from in records.items():
         (tmp_path / f"{other}.jsa").write_bytes(jvm_start.DYNAMIC_ARCHIVE_MAGIC)
-        (tmp_path / f"{other}.install").write_text(f"{jvm_start._java()}\n{made_from}\n")
-    # Another install's archive left under its temporary name: no JVM writes it.
-    (tmp_path / "spark-4.0.0-cccc.0123.tmp").write_bytes(jvm_start.DYNAMIC_ARCHIVE_MAGIC)
+        (tmp_path / f"{other}.install").write_text("\n".join(made_from) + "\n")
+    # Another live install's archive, finished under its temporary name: put
+    # in place for it; another's whose JVM died early: dropped.
+    (tmp_path / "spark-4.0.0-bbbb.0123.tmp").write_bytes(jvm_start.DYNAMIC_ARCHIVE_MAGIC + b"2")
+    (tmp_path / "spark-4.0.0-cccc.4567.tmp").write_bytes(b"\0" * 4)
     jvm_start.java_options()
     left = sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("spark-"))
     assert left == ["spark-4.0.0-bbbb.install", "spark-4.0.0-bbbb.jsa", f"{name}.install"]
-    # This install's own record names what it was made from.
-    assert (tmp_path / f"{name}.install").read_text().split() == jvm_start._install()
+    assert (tmp_path / "spark-4.0.0-bbbb.jsa").read_bytes().endswith(b"2")
+    assert (tmp_path / f"{name}.install").read_text().splitlines() == install
 
 
 def test_the_class_archive_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(jvm_start.ENV, "")
     assert jvm_start.java_options() == []
+
+
+def test_a_collector_chosen_anywhere_the_driver_reads_is_kept(monkeypatch):
+    pytest.importorskip("pyspark")
+    from spark import session
+
+    for name in session.JAVA_OPTION_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert not session._collector_given({session.DRIVER_OPTIONS: "-Xss4m"})
+    assert session._collector_given({session.DRIVER_OPTIONS: "-XX:+UseG1GC"})
+    assert session._collector_given({session.DEFAULT_DRIVER_OPTIONS: "-XX:+UseZGC"})
+    # The JVM reads these too: two collectors and it would not start.
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseSerialGC")
+    assert session._collector_given({})
