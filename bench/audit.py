@@ -38,7 +38,7 @@ from amqp_server.wire.properties import Properties, encode_properties
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
 
-from .procinfo import rss_bytes
+from .procinfo import rss_bytes, tree_pids
 
 QUEUES = [f"orders.{region}.{n}" for region in ("eu", "us", "ap") for n in range(7)]
 DAYS = 3
@@ -92,25 +92,6 @@ def _message(queue: str, message_id: str, stamp: int = 0) -> Message:
     return Message("orders", queue, shortstr("orders") + shortstr(queue), header, body)
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and all its descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, ()))
-    return found
-
-
 def _rss(pid: int) -> int:
     try:
         return rss_bytes(pid)
@@ -128,7 +109,7 @@ def timed_audit(argv: list[str], env: dict | None = None, limit: float = 3600) -
         if time.monotonic() - started > limit:
             proc.kill()
             raise SystemExit(f"audit still running after {limit} s")
-        pids = tree(proc.pid)
+        pids = tree_pids(proc.pid)
         seen.update(pids)
         peak = max(peak, sum(map(_rss, pids)))
         time.sleep(0.2)

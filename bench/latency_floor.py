@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from .realistic import Timing, collect, latency, latency_summary, pace
+from .realistic import Timing, _finish, collect, latency, latency_summary, pace
 from .scenarios import _run
 
 ROLE_CONSUMER, ROLE_PUBLISHER = b"C", b"P"
@@ -86,9 +86,7 @@ async def _through_relay(port: int, rate: int, seconds: float) -> dict:
         target=_publisher_process, args=(port, rate, total, time.time() + 1.0))
     publisher.start()
     latencies = await collect(consumer, total, seconds)
-    publisher.join(5)
-    if publisher.is_alive():
-        publisher.kill()
+    _finish(publisher, 5)
     consumer.transport.close()
     return latency_summary(latencies, total, rate)
 
@@ -109,9 +107,7 @@ class Floor:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._process.join(5)
-        if self._process.is_alive():
-            self._process.kill()
+        _finish(self._process, 5)
 
 
 def main(argv: list[str] | None = None) -> int:

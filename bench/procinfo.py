@@ -57,19 +57,29 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def tree_pids(pid: int) -> list[int]:
+    """The process and all its descendants still running (the process
+    itself first, even when gone)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            pending.extend(_children(current))
+        except OSError:
+            continue
+    return found
+
+
 def tree_rss_bytes(pid: int) -> int:
     """Resident memory of the process and all its descendants: this
     broker's dead-letter log writer, RabbitMQ's helper programs."""
-    total = 0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
+    total = rss_bytes(pid)  # OSError when the process itself is gone
+    for child in tree_pids(pid)[1:]:
         try:
-            total += rss_bytes(current)
-            pending.extend(_children(current))
+            total += rss_bytes(child)
         except OSError:
-            if current == pid:
-                raise
+            continue
     return total
 
 

@@ -114,9 +114,13 @@ def test_dead_letters_by_reason_survive_the_queues_deletion(broker, channel):
     channel.queue_declare("pm.src", arguments={"x-dead-letter-exchange": "",
                                                "x-dead-letter-routing-key": "pm.dlq"})
     channel.queue_declare("pm.bare", arguments={"x-max-length": 1})
+    # Its dead-lettering fails: the exchange does not exist (a drop, not a dead letter).
+    channel.queue_declare("pm.lost", arguments={"x-max-length": 1,
+                                                "x-dead-letter-exchange": "pm.missing"})
     for _ in range(2):
         channel.basic_publish("", "pm.src", b"x")
         channel.basic_publish("", "pm.bare", b"x")  # the older one is dropped: no DLX
+        channel.basic_publish("", "pm.lost", b"x")
     for _ in range(2):
         method, _, _ = channel.basic_get("pm.src")
         channel.basic_reject(method.delivery_tag, requeue=False)
@@ -128,6 +132,7 @@ def test_dead_letters_by_reason_survive_the_queues_deletion(broker, channel):
     before = scrape(broker)
     channel.queue_delete("pm.src")
     channel.queue_delete("pm.bare")
+    channel.queue_delete("pm.lost")
     after = scrape(broker)
     for got in (before, after):
         assert value(got, "rabbitmq_global_messages_dead_lettered_rejected_total",
@@ -137,8 +142,11 @@ def test_dead_letters_by_reason_survive_the_queues_deletion(broker, channel):
         assert value(got, "amqp_queue_messages_dead_lettered_total", reason="rejected") == 2
         assert value(got, "amqp_queue_messages_dead_letter_dropped_total",
                      cause="no_dlx", reason="maxlen") == 1
-    assert value(after, "rabbitmq_queues_deleted_total") == 2
-    assert value(after, "rabbitmq_queues_created_total") == 3
+        assert value(got, "amqp_queue_messages_dead_letter_dropped_total",
+                     cause="dlx_missing", reason="maxlen") == 1
+        assert value(got, "amqp_queue_messages_dead_lettered_total", reason="maxlen") == 0
+    assert value(after, "rabbitmq_queues_deleted_total") == 3
+    assert value(after, "rabbitmq_queues_created_total") == 4
 
 
 def test_churn_counters(broker):

@@ -134,6 +134,10 @@ def _vhost_path(vhost: str) -> str:
     return quote(vhost, safe="")
 
 
+def _queue_path(vhost: str, queue: str) -> str:
+    return f"/queues/{_vhost_path(vhost)}/{quote(queue, safe='')}"
+
+
 def _columns(args, valid: tuple[str, ...], default: list[str]) -> list[str]:
     """The columns asked for, refused as rabbitmqctl refuses an unknown info
     key: before anything is asked of the broker, with the valid ones."""
@@ -213,7 +217,7 @@ def delete_queue(api: Api, args) -> None:
 
 def _on_queue(api: Api, args, method: str, suffix: str) -> None:
     try:
-        api.call(method, f"/queues/{_vhost_path(args.vhost)}/{quote(args.name, safe='')}{suffix}")
+        api.call(method, f"{_queue_path(args.vhost, args.name)}{suffix}")
     except CtlError as exc:
         if str(exc) == "not found":
             raise CtlError(f"queue '{args.name}' not found in vhost '{args.vhost}'",

@@ -27,8 +27,8 @@ from urllib.parse import quote, urlencode
 from amqp_server.remote_publisher import parse_uri
 from dlx.redrive import parse_candidates
 
-from .ctl import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, CtlError, _say, _table, _vhost_path, \
-    missing_vhost
+from .ctl import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, CtlError, _queue_path, _say, _table, \
+    _vhost_path, missing_vhost
 
 FILTER_FLAGS = (("--reason", "reason"), ("--original-queue", "original_queue"),
                 ("--original-exchange", "original_exchange"), ("--since", "since"),
@@ -42,10 +42,6 @@ POLL_SECONDS = 0.2
 def _filter(args) -> dict:
     return {key: getattr(args, key) for _flag, key in FILTER_FLAGS
             if getattr(args, key) is not None}
-
-
-def _queue_path(vhost: str, queue: str) -> str:
-    return f"/queues/{_vhost_path(vhost)}/{quote(queue, safe='')}"
 
 
 def _not_found_as(api, vhost: str, exc: CtlError, what: str) -> CtlError:

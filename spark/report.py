@@ -101,12 +101,16 @@ def _img(png: str | None) -> str:
     return f'<img alt="chart" src="data:image/png;base64,{png}">' if png else ""
 
 
+# The tables the charts draw (the replay candidates can be as many rows as events).
+CHARTED = ("over_time", "by_node", "by_queue_reason", "drops", "time_to_death")
+
+
 def _charts(tables: dict[str, Table]) -> dict[str, str | None]:
     # Imported here: matplotlib takes half a second, which audit.py spends
     # while the JVM starts (see CHARTS there).
     from . import charts
 
-    rows = {name: table.dicts() for name, table in tables.items()}
+    rows = {name: tables[name].dicts() for name in CHARTED}
     return {
         "over_time": charts.over_time(rows["over_time"]),
         "by_node": charts.by_node(rows["by_node"], REASONS),

@@ -40,6 +40,9 @@ class Counters:
         # Deleted queues' deaths: (queue type, strategy, reason) and
         # (cause, reason) -> count.
         self.retired_dead_lettered: Counter = Counter()
+        # and as the queues count them: republished by reason, dropped by
+        # (cause, reason).
+        self.retired_republished: Counter = Counter()
         self.retired_dropped: Counter = Counter()
         self.retired_expired = 0
 
@@ -71,6 +74,7 @@ class Counters:
         self.queues_deleted += 1
         for key, count in dead_letter_deaths(queue).items():
             self.retired_dead_lettered[key] += count
+        self.retired_republished.update(queue.stats["dead_lettered"])
         self.retired_dropped.update(queue.stats["dropped"])
         self.retired_expired += queue.stats["expired"]
 

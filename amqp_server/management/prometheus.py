@@ -397,15 +397,13 @@ def _dead_letters_aggregated(broker) -> list[Metric]:
     summed = _aggregate(dead_letter_metrics(broker), keep=("reason", "cause"))
     c = broker.counters
     retired = {
-        "queue_messages_dead_lettered_total": Counter(),
+        "queue_messages_dead_lettered_total": Counter(
+            {(("reason", reason),): n for reason, n in c.retired_republished.items()}),
         "queue_messages_dead_letter_dropped_total": Counter(
             {(("cause", cause), ("reason", reason)): n
              for (cause, reason), n in c.retired_dropped.items()}),
         "queue_messages_expired_total": Counter({(): c.retired_expired}),
     }
-    for (kind, strategy, reason), count in c.retired_dead_lettered.items():
-        if strategy != "disabled":  # the drops are counted as drops
-            retired["queue_messages_dead_lettered_total"][(("reason", reason),)] += count
     metrics = []
     for name, kind, help_text, samples in summed:
         extra = retired.get(name)

@@ -744,9 +744,10 @@
     $("#login").hidden = false;
   }
 
-  async function start() {
+  // `who`: the login's own answer, so a fresh login asks the broker once.
+  async function start(who) {
     try {
-      me = await api("GET", "/api/whoami");
+      me = who || await api("GET", "/api/whoami");
     } catch (exc) {
       logout();
       return;
@@ -791,8 +792,9 @@
     $("#login").addEventListener("submit", async (event) => {
       event.preventDefault();
       const candidate = basic($("#login-username").value, $("#login-password").value);
+      let who;
       try {
-        await api("GET", "/api/whoami", undefined, candidate);
+        who = await api("GET", "/api/whoami", undefined, candidate);
       } catch (exc) {
         $("#login-error").textContent = exc.status === 401 && exc.message !== "Not_Authorized"
           ? exc.message : "Login failed: wrong user name or password.";
@@ -801,7 +803,7 @@
       $("#login-error").textContent = "";
       auth = candidate;
       sessionStorage.setItem(STORED, auth);
-      start();
+      start(who);
     });
     $("#logout").addEventListener("click", logout);
     window.addEventListener("hashchange", route);

@@ -65,13 +65,13 @@ class ConfirmsPart:
 
     def _confirm(self, message: Message, refused: bool) -> None:
         self.publish_seq += 1
-        if not refused:
-            self.conn.broker.counters.confirmed += 1
         if refused:
             self._nacks.append(self.publish_seq)
-        elif message.stored_gen is not None:
-            self._durable_waits.append((self.publish_seq, message.stored_gen,
-                                        self._journal.pending()))
+        else:
+            self.conn.broker.counters.confirmed += 1
+            if message.stored_gen is not None:
+                self._durable_waits.append((self.publish_seq, message.stored_gen,
+                                            self._journal.pending()))
         if not self._confirm_pending:
             self._confirm_pending = True
             self.conn.confirms_due(self)

@@ -3,6 +3,8 @@ deliveries written to the connection."""
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from pamqp import commands as spec
 
 from policies.registry import ArgumentError, validate_consume_arguments
@@ -22,6 +24,8 @@ from ...errors import (
 from ...wire import frames
 from ...wire.methods import make
 from ..consumer import Consumer
+
+_REDELIVERED = attrgetter("redelivered")
 
 
 class ConsumingPart:
@@ -55,7 +59,7 @@ class ConsumingPart:
         self.conn.write(frames.deliver_many(self.number, consumer.tag_bytes, tag, entries,
                                             self.conn.frame_max))
         self.conn.broker.counters.delivered(queue, count, consumer.no_ack,
-                                            sum(entry.redelivered for entry in entries))
+                                            sum(map(_REDELIVERED, entries)))
         if consumer.no_ack:
             queue.settle(entries)
         else:
