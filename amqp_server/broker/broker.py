@@ -146,14 +146,19 @@ class Broker:
             return None
         return user
 
+    def memory_limit(self) -> int:
+        """The memory high watermark in bytes (0: none)."""
+        config = self.config
+        return resources.memory_limit(config.vm_memory_high_watermark,
+                                      config.vm_memory_high_watermark_absolute,
+                                      resources.total_memory())
+
     def check_resources(self) -> None:
         """The memory and disk alarms: set above the memory high watermark or
         below `disk_free_limit` free bytes, cleared when back on the right
         side; the shell blocks and unblocks publishers."""
         config = self.config
-        limit = resources.memory_limit(config.vm_memory_high_watermark,
-                                       config.vm_memory_high_watermark_absolute,
-                                       resources.total_memory())
+        limit = self.memory_limit()
         used = resources.resident_memory()
         if limit and used:
             self.set_alarm("memory", used > limit)

@@ -42,12 +42,6 @@ def uptime_ms() -> int:
     return int((time.monotonic() - _STARTED) * 1000)
 
 
-def memory_limit(config) -> int:
-    return resources.memory_limit(config.vm_memory_high_watermark,
-                                  config.vm_memory_high_watermark_absolute,
-                                  resources.total_memory())
-
-
 def node_json(broker, listeners: list[dict]) -> dict:
     config = broker.config
     disk_free = resources.disk_free(config.data_dir)
@@ -63,7 +57,7 @@ def node_json(broker, listeners: list[dict]) -> dict:
         "uptime": uptime_ms(),
         "rates_mode": "none",
         "mem_used": resources.resident_memory(),
-        "mem_limit": memory_limit(config),
+        "mem_limit": broker.memory_limit(),
         "mem_alarm": "memory" in broker.alarms,
         "mem_calculation_strategy": "rss",
         "disk_free": disk_free if disk_free is not None else 0,

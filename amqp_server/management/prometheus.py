@@ -219,7 +219,7 @@ def node_metrics(broker) -> list[Metric]:
         ("process_max_fds", "gauge", "Open file descriptors limit", [({}, node.max_fds())]),
         ("process_max_tcp_sockets", "gauge", "Open TCP sockets limit", [({}, node.max_fds())]),
         ("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes",
-         [({}, node.memory_limit(config))]),
+         [({}, broker.memory_limit())]),
         ("disk_space_available_limit_bytes", "gauge",
          "Free disk space low watermark in bytes", [({}, config.disk_free_limit)]),
     ]

@@ -116,8 +116,8 @@ def _chosen(request: web.Request, queue, body: dict):
         if not isinstance(seqs, list) or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in seqs):
             raise BadRequest("seqs must be a list of integers")
-        order = {seq: index for index, seq in enumerate(
-            workbench.seqs_by_filter(broker, queue, _filter({})))}
+        # Delivery order: the ready deque's own, no message looked into.
+        order = {entry.seq: index for index, entry in enumerate(queue.ready)}
         return sorted(set(seqs), key=lambda s: order.get(s, len(order))), []
     if "filter" in body:
         if not isinstance(body["filter"], dict):
