@@ -28,6 +28,7 @@ from .waiting import wait_for, wait_get
 pyspark = pytest.importorskip("pyspark")
 
 from spark.audit import main, parser  # noqa: E402
+from spark.compact import UNIQUE_COLUMNS  # noqa: E402
 from spark.job import run  # noqa: E402
 from spark.session import build_session  # noqa: E402
 from spark.sources import local_sources  # noqa: E402
@@ -330,6 +331,21 @@ def test_rerun_reads_only_what_is_new_and_counts_nothing_twice(spark, broker_dat
     assert {k: v for k, v in first.items() if k != "_run"} == \
         {k: v for k, v in again.items() if k != "_run"}
     assert (broker_data / "dead-letters-parquet" / "events" / "node=broker-a").is_dir()
+
+
+def test_compaction_keeps_dictionaries_for_repeating_values_only(spark, broker_data, tmp_path):
+    """Per-message values (ids, bodies, property values) are written plain:
+    a dictionary of them outgrows its page and is thrown away.  Nested
+    columns are named by their Parquet path, which the writer must accept."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    audit(spark, broker_data, tmp_path / "out")
+    written = next((broker_data / "dead-letters-parquet" / "events").rglob("*.parquet"))
+    row_group = pq.ParquetFile(written).metadata.row_group(0)
+    dictionary = {row_group.column(n).path_in_schema: row_group.column(n).has_dictionary_page
+                  for n in range(row_group.num_columns)}
+    assert dictionary["queue"] and dictionary["reason"] and dictionary["properties.key_value.key"]
+    for column in UNIQUE_COLUMNS:
+        assert dictionary[column] is False, column
 
 
 def test_filters(spark, broker_data, tmp_path):
