@@ -62,7 +62,10 @@ class Api:
         token = base64.b64encode(f"{username}:{password}".encode()).decode()
         self.headers = {"Authorization": f"Basic {token}"}
 
-    def call(self, method: str, path: str, body=None, headers: dict | None = None):
+    def call(self, method: str, path: str, body=None, headers: dict | None = None,
+             missing: CtlError | None = None):
+        """`missing`: what a bare 404 (the API's "Not Found") means for this
+        call, raised instead of the generic "not found"."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {**self.headers, **(headers or {})}
         if data is not None:
@@ -78,6 +81,8 @@ class Api:
                 # The management API's 404s are JSON; another server's are not.
                 raise self._not_management("it has no such API (a 404 without JSON)") from None
             error = _http_error(exc, raw)
+            if missing is not None and str(error) == "not found":
+                raise missing from None
             error.path = path
             raise error from None
         except (http.client.HTTPException, ConnectionResetError) as exc:
@@ -166,13 +171,9 @@ def set_policy(api: Api, args, operator: bool = False) -> None:
 def clear_policy(api: Api, args, operator: bool = False) -> None:
     kind = "operator-policies" if operator else "policies"
     _say(args, f'Clearing policy "{args.name}" on vhost "{args.vhost}" ...')
-    try:
-        api.call("DELETE", f"/{kind}/{_vhost_path(args.vhost)}/{quote(args.name, safe='')}")
-    except CtlError as exc:
-        if str(exc) == "not found":
-            raise CtlError(f"policy '{args.name}' not found in vhost '{args.vhost}'",
-                           EX_DATAERR) from None
-        raise
+    api.call("DELETE", f"/{kind}/{_vhost_path(args.vhost)}/{quote(args.name, safe='')}",
+             missing=CtlError(f"policy '{args.name}' not found in vhost '{args.vhost}'",
+                              EX_DATAERR))
 
 
 def list_policies(api: Api, args, operator: bool = False) -> None:
@@ -216,13 +217,9 @@ def delete_queue(api: Api, args) -> None:
 
 
 def _on_queue(api: Api, args, method: str, suffix: str) -> None:
-    try:
-        api.call(method, f"{_queue_path(args.vhost, args.name)}{suffix}")
-    except CtlError as exc:
-        if str(exc) == "not found":
-            raise CtlError(f"queue '{args.name}' not found in vhost '{args.vhost}'",
-                           EX_DATAERR) from None
-        raise
+    api.call(method, f"{_queue_path(args.vhost, args.name)}{suffix}",
+             missing=CtlError(f"queue '{args.name}' not found in vhost '{args.vhost}'",
+                              EX_DATAERR))
 
 
 def export_definitions(api: Api, args) -> None:
@@ -292,12 +289,8 @@ def add_vhost(api: Api, args) -> None:
 
 def delete_vhost(api: Api, args) -> None:
     _say(args, f'Deleting vhost "{args.name}" ...')
-    try:
-        api.call("DELETE", f"/vhosts/{_vhost_path(args.name)}")
-    except CtlError as exc:
-        if str(exc) == "not found":
-            raise CtlError(f"vhost '{args.name}' not found", EX_DATAERR) from None
-        raise
+    api.call("DELETE", f"/vhosts/{_vhost_path(args.name)}",
+             missing=CtlError(f"vhost '{args.name}' not found", EX_DATAERR))
 
 
 def list_vhosts(api: Api, args) -> None:
@@ -312,24 +305,16 @@ def _permission_path(vhost: str, user: str) -> str:
 def set_permissions(api: Api, args) -> None:
     _say(args, f'Setting permissions for user "{args.user}" in vhost "{args.vhost}" ...')
     _existing_user(api, args.user)
-    try:
-        api.call("PUT", _permission_path(args.vhost, args.user),
-                 {"configure": args.configure, "write": args.write, "read": args.read})
-    except CtlError as exc:
-        if str(exc) == "not found":
-            raise CtlError(f"vhost '{args.vhost}' not found", EX_DATAERR) from None
-        raise
+    api.call("PUT", _permission_path(args.vhost, args.user),
+             {"configure": args.configure, "write": args.write, "read": args.read},
+             missing=CtlError(f"vhost '{args.vhost}' not found", EX_DATAERR))
 
 
 def clear_permissions(api: Api, args) -> None:
     _say(args, f'Clearing permissions for user "{args.user}" in vhost "{args.vhost}" ...')
-    try:
-        api.call("DELETE", _permission_path(args.vhost, args.user))
-    except CtlError as exc:
-        if str(exc) == "not found":
-            raise CtlError(f"no permissions for user '{args.user}' in vhost "
-                           f"'{args.vhost}'", EX_DATAERR) from None
-        raise
+    api.call("DELETE", _permission_path(args.vhost, args.user),
+             missing=CtlError(f"no permissions for user '{args.user}' in vhost "
+                              f"'{args.vhost}'", EX_DATAERR))
 
 
 def list_permissions(api: Api, args) -> None:
@@ -340,12 +325,8 @@ def list_permissions(api: Api, args) -> None:
 
 def list_user_permissions(api: Api, args) -> None:
     _say(args, f'Listing permissions for user "{args.user}" ...')
-    try:
-        rows = api.call("GET", f"{_user_path(args.user)}/permissions")
-    except CtlError as exc:
-        if str(exc) == "not found":  # rabbitmqctl's words and exit code
-            raise CtlError(f"user '{args.user}' does not exist", EX_UNAVAILABLE) from None
-        raise
+    rows = api.call("GET", f"{_user_path(args.user)}/permissions",  # rabbitmqctl's words and code
+                    missing=CtlError(f"user '{args.user}' does not exist", EX_UNAVAILABLE))
     _table(args, ["vhost", "configure", "write", "read"], rows)
 
 

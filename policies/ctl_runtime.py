@@ -41,14 +41,10 @@ def list_consumers(api: ctl.Api, args) -> None:
 
 def close_connection(api: ctl.Api, args) -> None:
     ctl._say(args, f"Closing connection {args.name}, reason: {args.explanation}...")
-    try:
-        api.call("DELETE", f"/connections/{quote(args.name, safe='')}",
-                 headers={"X-Reason": args.explanation})
-    except ctl.CtlError as exc:
-        if str(exc) == "not found":
-            raise ctl.CtlError(f"connection '{args.name}' not found (list_connections name "
-                               "shows the names)", ctl.EX_DATAERR) from None
-        raise
+    api.call("DELETE", f"/connections/{quote(args.name, safe='')}",
+             headers={"X-Reason": args.explanation},
+             missing=ctl.CtlError(f"connection '{args.name}' not found (list_connections "
+                                  "name shows the names)", ctl.EX_DATAERR))
 
 
 def status(api: ctl.Api, args) -> None:

@@ -64,15 +64,18 @@ def _install() -> list[str]:
     return [java, pyspark.__file__] if java else []
 
 
-def archive_name() -> str | None:
-    """Names one archive per Java binary and pyspark install."""
+def archive_name(install: list[str] | None = None) -> str | None:
+    """Names one archive per Java binary and pyspark install (`_install()`
+    unless given)."""
     import pyspark
 
-    java = _java()
-    if java is None:
+    if install is None:
+        install = _install()
+    if not install:
         return None
+    java, package = install
     stat = os.stat(java)
-    identity = f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{pyspark.__file__}:{pyspark.__version__}"
+    identity = f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{package}:{pyspark.__version__}"
     return f"spark-{pyspark.__version__}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
@@ -160,10 +163,10 @@ def _settle(directory: Path, name: str) -> None:
 
 def _archive_options(directory: Path) -> list[str]:
     """The options that use the archive, or write it when there is none."""
-    name = archive_name()
+    install = _install()
+    name = archive_name(install)
     if name is None or not os.path.isdir("/proc"):
         return []
-    install = _install()
     _forget_other_installs(directory, name, install)
     # Every install's, so that no complete archive waits under a temporary
     # name for its own install's next run.
