@@ -17,6 +17,9 @@ from .buckets import BUCKET_LABELS  # noqa: E402
 REASON_COLOURS = {"rejected": "#d62728", "expired": "#ff7f0e", "maxlen": "#9467bd",
                   "delivery_limit": "#1f77b4"}
 MAX_BARS = 15
+# A time axis keeps every bar but names at most this many: three days of
+# hourly bars named one by one overlapped into an unreadable band.
+MAX_TIME_LABELS = 15
 
 
 def _png(figure) -> str:
@@ -86,6 +89,8 @@ def stacked(labels: list[str], stacks: dict[str, list[int]], ylabel: str,
         axes.set_xlabel(ylabel)
     else:
         axes.set_ylabel(ylabel)
+        step = -(-len(labels) // MAX_TIME_LABELS)
+        axes.set_xticks(range(0, len(labels), step), labels[::step])
         axes.tick_params(axis="x", labelrotation=45, labelsize=7)
     axes.legend(fontsize=8)
     return _png(figure)
