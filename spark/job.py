@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from . import checkpoint, report, tables
+from . import checkpoint, fact_tables, report, tables
 from .buckets import bucket_unit
 from .compact import compact, read_events, to_compact
 from .progress import Progress
@@ -94,18 +94,19 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     split = tables.Split(args.by_node)
     prepared = tables.prepare(filters.apply(
         read_events(spark, sources, parquet_dir, done, filters.partitions)))
-    # One query fetches the headline numbers and every table; the two
-    # caches are built on the way and shared by the tables.
+    # One query fetches the facts and the tables that need the events; the
+    # two caches are built on the way and shared by them.
     facts = tables.facts(prepared).cache()
     repeated = tables.repeated(tables.per_message(prepared, split)).cache()
-    frames = {"totals": tables.totals(facts, split), "repeats": tables.repeats(repeated)}
-    frames.update({name: build(facts, split) for name, build in tables.FROM_FACTS.items()})
-    frames["over_time"] = tables.over_time(prepared, facts, split)
-    frames["top_poison"] = tables.top_poison(prepared, repeated, split)
+    frames = {"facts": facts, "repeats": tables.repeats(repeated),
+              "over_time": tables.over_time(prepared, facts, split),
+              "top_poison": tables.top_poison(prepared, repeated, split)}
     if args.replay_candidates:
         frames["replay_candidates"] = tables.replay_candidates(prepared, repeated, split)
     fetched = tables.collect_all(frames)
-    (totals,), (repeats,) = fetched.pop("totals").to_pylist(), fetched.pop("repeats").to_pylist()
+    fact_rows, (repeats,) = fetched.pop("facts"), fetched.pop("repeats").to_pylist()
+    fetched.update(fact_tables.from_facts(fact_rows, split))
+    totals = fact_tables.totals(fact_rows, split)
     summary = tables.summary(totals, repeats["repeats"])
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()

@@ -5,11 +5,11 @@ cluster and through Spark Connect).
 The events are aggregated once into `facts`: event counts by every
 dimension a table groups by except time and message.  Its size follows the
 brokers' configuration (queues, reasons, outcomes), not their traffic, so
-it is cached and most tables are cheap re-aggregations of it.  One row per
-message gives the message counts and the few messages that died more than
-once (cached), from which the top poison messages and the replay
-candidates come.  `collect_all` fetches the headline numbers and every
-table in one Spark query.
+it is cached, fetched, and most tables are re-aggregations of it on the
+driver (fact_tables.py).  One row per message gives the message counts and
+the few messages that died more than once (cached), from which the top
+poison messages and the replay candidates come.  `collect_all` fetches the
+facts and the tables that need the events in one Spark query.
 
 Every table is sorted on all of its key columns, so two runs over the same
 log give the same rows in the same order wherever they ran.  With `by_node`
@@ -31,7 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
 
-from .buckets import BUCKET_LABELS, bucket_unit_sql
+from .buckets import bucket_unit_sql
 
 # Reasons that say the consumer or the queue was overwhelmed, not that the
 # message itself is poison: a message that died once for one of them can go
@@ -128,23 +128,11 @@ def _exprs(*sql: str) -> list[Column]:
 
 def facts(prepared: DataFrame) -> DataFrame:
     """Event counts by every dimension but time and message (but for the
-    messages that cycled), in a single partition: the tables that
-    re-aggregate it then need no shuffle (cache it)."""
+    messages that cycled), in a single partition (cache it: the timeline
+    takes its span from it in the same query)."""
     return (prepared.groupBy(*FACT_KEYS)
             .agg(*_exprs("count(1) AS events", "min(time) AS first", "max(time) AS last"))
             .coalesce(1))
-
-
-EVENTS = "sum(events) AS events"
-
-
-def _where_sum(condition: str, name: str) -> str:
-    return f"CAST(sum(IF({condition}, events, 0)) AS BIGINT) AS {name}"
-
-
-OUTCOME_COUNTS = (_where_sum("outcome = 'dead_lettered'", "dead_lettered"),
-                  _where_sum("outcome = 'dropped'", "dropped"))
-REASON_COUNTS = tuple(_where_sum(f"reason = '{reason}'", reason) for reason in REASONS)
 
 
 def _sorted(frame: DataFrame, keys: list) -> DataFrame:
@@ -153,25 +141,9 @@ def _sorted(frame: DataFrame, keys: list) -> DataFrame:
     return frame.coalesce(1).sortWithinPartitions(*keys)
 
 
-def _totals(facts: DataFrame, keys: list, *extra: str) -> DataFrame:
-    return _sorted(facts.groupBy(*keys).agg(*_exprs(EVENTS, *extra)), keys)
-
-
-# ---- the summary ------------------------------------------------------------
-
-def totals(facts: DataFrame, split: Split) -> DataFrame:
-    """The headline counts (one row), from the facts."""
-    cycled = ", ".join(split.keys("vhost", "cycled_message"))
-    return facts.agg(*_exprs(
-        EVENTS, *OUTCOME_COUNTS, *REASON_COUNTS,
-        *[_where_sum(f"drop_cause = '{cause}'", f"drop_{cause}") for cause in DROP_CAUSES],
-        f"count(DISTINCT {cycled}) AS cycled_messages",
-        "min(first) AS first", "max(last) AS last"))
-
-
-def summary(row, repeats: int) -> dict:
-    """The summary dict from the `totals` row and the `repeats` (the queue
-    and node counts come with the tables)."""
+def summary(row: dict, repeats: int) -> dict:
+    """The summary dict from the headline counts (fact_tables.totals) and
+    the `repeats` (the queue and node counts come with the tables)."""
     return {
         "events": row["events"] or 0,
         "messages": (row["events"] or 0) - repeats,
@@ -189,71 +161,6 @@ def _iso(micros: int | None) -> str | None:
     if micros is None:
         return None
     return datetime.fromtimestamp(micros / 1_000_000, timezone.utc).isoformat()
-
-
-# ---- tables from the facts ----------------------------------------------------
-
-def by_node(facts: DataFrame, split: Split) -> DataFrame:
-    return _totals(facts, ["node"], *OUTCOME_COUNTS, *REASON_COUNTS,
-                   "timestamp_micros(min(first)) AS first_seen",
-                   "timestamp_micros(max(last)) AS last_seen")
-
-
-def by_queue_reason(facts: DataFrame, split: Split) -> DataFrame:
-    return _totals(facts, split.keys("vhost", "queue", "reason"), *OUTCOME_COUNTS)
-
-
-def by_exchange(facts: DataFrame, split: Split) -> DataFrame:
-    return _totals(facts, split.keys("vhost", "exchange", "reason"), *OUTCOME_COUNTS)
-
-
-def time_to_death(facts: DataFrame, split: Split) -> DataFrame:
-    keys = split.keys("reason", "bucket")
-    order = ", ".join(f"'{name}'" for name in BUCKET_LABELS)
-    counts = (facts.where("publish_to_death IS NOT NULL")
-              .withColumnRenamed("publish_to_death", "bucket")
-              .groupBy(*keys).agg(F.expr(EVENTS))
-              .withColumn("order", F.expr(f"array_position(array({order}), bucket)")))
-    return _sorted(counts, [*keys[:-1], "order"]).drop("order")
-
-
-def delivery_counts(facts: DataFrame, split: Split) -> DataFrame:
-    return _totals(facts, split.keys("reason", "deaths_so_far", "delivery_count"))
-
-
-def reasons_per_queue(facts: DataFrame, split: Split) -> DataFrame:
-    """Expired against rejected (and the other reasons) queue by queue."""
-    keys = split.keys("vhost", "queue")
-    return _sorted(facts.groupBy(*keys).agg(*_exprs(*REASON_COUNTS)), keys)
-
-
-def first_to_last(facts: DataFrame, split: Split) -> DataFrame:
-    return _totals(facts.withColumnRenamed("queue", "last_queue"),
-                   split.keys("vhost", "first_death_queue", "last_queue"))
-
-
-def drops(facts: DataFrame, split: Split) -> DataFrame:
-    return _totals(facts.where("outcome = 'dropped'"), split.keys("drop_cause", "reason"))
-
-
-def cycles(facts: DataFrame, split: Split) -> DataFrame:
-    cycled = (facts.where("cycled_message IS NOT NULL")
-              .withColumnRenamed("cycled_message", "message")
-              .withColumnRenamed("cycle_path", "path"))
-    return _totals(cycled, split.keys("vhost", "message", "path", "outcome"))
-
-
-FROM_FACTS = {
-    "by_node": by_node,
-    "by_queue_reason": by_queue_reason,
-    "by_exchange": by_exchange,
-    "time_to_death": time_to_death,
-    "delivery_counts": delivery_counts,
-    "reasons_per_queue": reasons_per_queue,
-    "first_to_last": first_to_last,
-    "drops": drops,
-    "cycles": cycles,
-}
 
 
 # ---- tables from the events ---------------------------------------------------
