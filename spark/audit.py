@@ -121,6 +121,34 @@ class _Preload(threading.Thread):
         return self._error
 
 
+class _Stopping(threading.Thread):
+    """Stops the Spark session on a thread, so the JVM winds down (0.3-0.5
+    s) while the report is drawn; `finish()` stops it here if that has not
+    begun, and waits."""
+
+    def __init__(self, spark) -> None:
+        super().__init__(daemon=True)
+        self.spark, self.begun, self._error = spark, False, None
+
+    def start(self) -> None:
+        self.begun = True
+        super().start()
+
+    def run(self) -> None:
+        try:
+            self.spark.stop()
+        except Exception as exc:  # raised by finish(), on the main thread
+            self._error = exc
+
+    def finish(self) -> None:
+        if self.begun:
+            self.join()
+        else:
+            self.run()
+        if self._error is not None:
+            raise self._error
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -147,17 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(args.master, args.remote, dict(args.conf),
                           quick_jit=sizing is not None and sizing.quick_jit,
                           throughput_gc=sizing is not None and not sizing.light)
+    stopping = _Stopping(spark)
     try:
         missing = charts.error()
         if missing is not None:
             return _no_extra(missing)
-        summary = job.run(spark, args, progress)
+        summary = job.run(spark, args, progress, spark_done=stopping.start)
     except DataDirError as exc:
         return _fail(str(exc), EXIT_NO_LOG)
     except job.UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     finally:
-        spark.stop()
+        stopping.finish()
     if not args.quiet:
         print(report.terminal_summary(summary, args.out), end="")
     return 0

@@ -6,6 +6,7 @@ command."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -74,8 +75,11 @@ def check_parquet_dir(args, sources: list[LogSource]) -> str | None:
     return parquet_dir
 
 
-def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
-    """The whole audit; returns the summary (with `_run` facts about this run)."""
+def run(spark: SparkSession, args, progress: Progress | None = None,
+        spark_done: Callable[[], None] | None = None) -> dict:
+    """The whole audit; returns the summary (with `_run` facts about this
+    run).  `spark_done` is called once Spark is no longer needed (the
+    report is written from what was fetched)."""
     progress = progress or Progress(quiet=True)
     started = time.monotonic()
     sources, notes = find_sources(spark, args.data_dir, progress)
@@ -111,6 +115,8 @@ def run(spark: SparkSession, args, progress: Progress | None = None) -> dict:
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()
     repeated.unpersist()
+    if spark_done is not None:
+        spark_done()
 
     progress("writing the report")
     out: Path = args.out
