@@ -69,6 +69,13 @@ class Message:
         # The store flush that makes this message durable (None: not stored).
         self.stored_gen: int | None = None
 
+    @classmethod
+    def to(cls, exchange: str, routing_key: str, header: bytes, body: bytes) -> "Message":
+        """A message the broker itself publishes (a dead letter, a move, a
+        management publish), its route encoded here."""
+        return cls(exchange, routing_key, shortstr(exchange) + shortstr(routing_key), header,
+                   body)
+
     # ---- publish-time inspection ---------------------------------------
 
     def inspect(self, layout=None) -> None:
@@ -199,8 +206,7 @@ class Message:
         else:
             header = splice_dead_letter(self.header, HEADER_PREFIX, layout, new_headers)
         key = plan.routing_keys[0]
-        copy = Message(plan.exchange, key, shortstr(plan.exchange) + shortstr(key), header,
-                       self.body)
+        copy = Message.to(plan.exchange, key, header, self.body)
         copy.routing_keys = plan.routing_keys
         copy.bcc = plan.bcc
         copy.history = plan.history

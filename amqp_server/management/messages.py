@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from ..broker.message import InvalidMessage, Message
 from ..broker.permissions import WRITE
-from ..wire.frames import content_header, shortstr
+from ..wire.frames import content_header
 from ..wire.properties import Properties, encode_properties
 from ..wire.table import FieldTable
 from .shapes import jsonable
@@ -86,8 +86,7 @@ def publish(grant, vhost, exchange, body: dict) -> bool:
         raise ValueError("payload_encoding must be string or base64")
     props = _properties(body.get("properties") or {})
     header = content_header(len(raw), encode_properties(props))
-    message = Message(exchange.name, routing_key,
-                      shortstr(exchange.name) + shortstr(routing_key), header, raw)
+    message = Message.to(exchange.name, routing_key, header, raw)
     grant.check(WRITE, "exchange", exchange.name)
     exchange.check_publishable()
     try:

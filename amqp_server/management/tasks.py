@@ -38,7 +38,6 @@ from ..broker.permissions import WRITE
 from ..broker.queue import REJECTED
 from ..errors import AMQPError
 from ..remote_publisher import CONFIRMED, RETURNED, AmqpUri, RemoteError, RemotePublisher
-from ..wire.frames import shortstr
 
 log = logging.getLogger("amqp_server.workbench")
 
@@ -177,8 +176,7 @@ class LocalTarget:
         self.grant.check(WRITE, "exchange", exchange_name)
         exchange = self.vhost.exchange(exchange_name)
         exchange.check_publishable()
-        copy = Message(exchange_name, keys[0], shortstr(exchange_name) + shortstr(keys[0]),
-                       original.header, original.body)
+        copy = Message.to(exchange_name, keys[0], original.header, original.body)
         copy.inspect()  # its TTL, as a publish reads it
         copy.routing_keys = keys
         queues = self.vhost.route(exchange, list(keys), copy)
