@@ -131,8 +131,8 @@ class _Stopping(threading.Thread):
         self.spark, self.begun, self._error = spark, False, None
 
     def start(self) -> None:
-        self.begun = True
         super().start()
+        self.begun = True
 
     def run(self) -> None:
         try:

@@ -64,12 +64,15 @@ def _grouped(facts: pa.Table, keys: list[str], counts: tuple[Count, ...],
         columns.update(first=facts["first"], last=facts["last"])
         aggregations += [("first", "min"), ("last", "max")]
     grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
-    out = {key: grouped[key] for key in keys}
-    out.update({name: grouped[f"{name}_sum"] for name, _ in counts})
+    # The keys keep the facts' fields (a node Spark knows is never NULL
+    # stays so in the Parquet schema); sums and times may be NULL, as in SQL.
+    fields = [facts.schema.field(key) for key in keys]
+    out = [grouped[key] for key in keys] + [grouped[f"{name}_sum"] for name, _ in counts]
+    fields += [pa.field(name, pa.int64()) for name, _ in counts]
     if times:
-        out.update(first_seen=grouped["first_min"].cast(TIME),
-                   last_seen=grouped["last_max"].cast(TIME))
-    return _sorted(pa.table(out), keys)
+        out += [grouped["first_min"].cast(TIME), grouped["last_max"].cast(TIME)]
+        fields += [pa.field("first_seen", TIME), pa.field("last_seen", TIME)]
+    return _sorted(pa.Table.from_arrays(out, schema=pa.schema(fields)), keys)
 
 
 def _renamed(facts: pa.Table, **names: str) -> pa.Table:

@@ -16,8 +16,11 @@ from spark.tables import Split, summary  # noqa: E402
 
 STRING_KEYS = ("node", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
                "first_death_queue")
+# As Spark gives it: a node filled in from the data directory's name is
+# never NULL.
 SCHEMA = pa.schema(
-    [(name, pa.string()) for name in STRING_KEYS]
+    [pa.field("node", pa.string(), nullable=False)]
+    + [(name, pa.string()) for name in STRING_KEYS[1:]]
     + [("deaths_so_far", pa.int64()), ("delivery_count", pa.int64()),
        ("publish_to_death", pa.string()), ("cycled_message", pa.string()),
        ("cycle_path", pa.string()), ("events", pa.int64()), ("first", pa.int64()),
@@ -84,20 +87,48 @@ def test_by_node_gives_first_and_last_seen_as_utc_times():
     assert node["last_seen"] == datetime.fromtimestamp((micros + 9) / 1e6, timezone.utc)
 
 
+def test_output_types_are_sparks_and_keys_keep_their_nullability():
+    schema = fact_tables.by_node(facts({}), SINGLE).schema
+    assert schema.field("first_seen").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("events").type == pa.int64() and schema.field("events").nullable
+    assert not schema.field("node").nullable  # REQUIRED in the Parquet file, as before
+    split = fact_tables.by_queue_reason(facts({}), BY_NODE).schema
+    assert [(f.name, f.nullable) for f in split][:4] == [
+        ("node", False), ("vhost", True), ("queue", True), ("reason", True)]
+
+
 def test_cycles_and_the_count_of_cycled_messages():
     rows = facts({"cycled_message": "m1", "cycle_path": "a -> b", "queue": "a"},
                  {"cycled_message": "m1", "cycle_path": "a -> b", "queue": "b",
                   "outcome": "dropped", "drop_cause": "cycle"},
                  {"cycled_message": "m1", "vhost": "other", "cycle_path": "a -> b"},
                  {"cycled_message": "m2", "node": "n2", "cycle_path": "c x2"},
+                 {"cycled_message": "m2", "node": "n1", "cycle_path": "c x2"},
+                 {"cycled_message": "m3", "vhost": None, "cycle_path": "d x2"},
                  {"events": 7})
     table = fact_tables.cycles(rows, SINGLE)
     assert [(r["vhost"], r["message"], r["outcome"], r["events"]) for r in table.to_pylist()
-            ] == [("/", "m1", "dead_lettered", 1), ("/", "m1", "dropped", 1),
-                  ("/", "m2", "dead_lettered", 1), ("other", "m1", "dead_lettered", 1)]
+            ] == [(None, "m3", "dead_lettered", 1), ("/", "m1", "dead_lettered", 1),
+                  ("/", "m1", "dropped", 1), ("/", "m2", "dead_lettered", 2),
+                  ("other", "m1", "dead_lettered", 1)]
+    # count(DISTINCT vhost, message): a NULL in either leaves the row out,
+    # and with the split the same message on two nodes counts twice.
     assert fact_tables.totals(rows, SINGLE)["cycled_messages"] == 3
-    assert fact_tables.totals(rows, BY_NODE)["cycled_messages"] == 3
-    assert fact_tables.totals(rows, SINGLE)["events"] == 11
+    assert fact_tables.totals(rows, BY_NODE)["cycled_messages"] == 4
+    assert fact_tables.totals(rows, SINGLE)["events"] == 13
+
+
+def test_totals_count_every_outcome_reason_and_drop_cause():
+    rows = facts({"outcome": "dropped", "drop_cause": "no_route", "events": 2},
+                 {"outcome": "dropped", "drop_cause": "cycle", "reason": "expired"},
+                 {"reason": "maxlen", "events": 4, "first": 5, "last": 9},
+                 {"reason": "delivery_limit", "outcome": None, "first": -1, "last": 3})
+    totals = fact_tables.totals(rows, SINGLE)
+    assert (totals["events"], totals["dead_lettered"], totals["dropped"]) == (8, 4, 3)
+    assert [totals[reason] for reason in ("rejected", "expired", "maxlen", "delivery_limit")
+            ] == [2, 1, 4, 1]
+    assert (totals["drop_no_route"], totals["drop_cycle"], totals["drop_no_dlx"]) == (2, 1, 0)
+    assert (totals["first"], totals["last"]) == (-1, 9)
 
 
 def test_no_events_are_empty_tables_and_zero_counts():
