@@ -33,7 +33,7 @@ from pathlib import Path
 from amqp_server.broker.dead_letter_events import event_common, event_head
 from amqp_server.broker.message import Message
 from amqp_server.storage.dead_letter_log import LogFiles, write_batch
-from amqp_server.wire.frames import content_header, shortstr
+from amqp_server.wire.frames import content_header
 from amqp_server.wire.properties import Properties, encode_properties
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
@@ -89,7 +89,7 @@ def _message(queue: str, message_id: str, stamp: int = 0) -> Message:
     props = Properties(message_id=message_id, timestamp=stamp or None, delivery_mode=2,
                        content_type="application/json")
     header = content_header(len(body), encode_properties(props))
-    return Message("orders", queue, shortstr("orders") + shortstr(queue), header, body)
+    return Message.to("orders", queue, header, body)
 
 
 def _rss(pid: int) -> int:

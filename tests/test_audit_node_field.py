@@ -11,14 +11,14 @@ from amqp_server.broker.dead_letter_events import event_common, event_head
 from amqp_server.broker.message import Message
 from amqp_server.config import BrokerConfig
 from amqp_server.storage.dead_letter_log import DeadLetterLog
-from amqp_server.wire.frames import content_header, shortstr
+from amqp_server.wire.frames import content_header
 from amqp_server.wire.properties import Properties, encode_properties
 from dlx.events import FIELD_NAMES
 
 
 def _die(log: DeadLetterLog, body: bytes) -> None:
     header = content_header(len(body), encode_properties(Properties(message_id="m-1")))
-    message = Message("orders", "work", shortstr("orders") + shortstr("work"), header, body)
+    message = Message.to("orders", "work", header, body)
     common = event_common("/", "work", "rejected", message.letter(), "dlx", 1_700_000_000)
     log.record(event_head(common, 1_700_000_000.5, None, ["dlq"]), header, body)
 

@@ -12,7 +12,7 @@ from amqp_server.broker.message import Message
 from amqp_server.broker.timers import now_ms
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.errors import AMQPError
-from amqp_server.wire.frames import content_header, shortstr
+from amqp_server.wire.frames import content_header
 from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
 from dlx.redelivery import redelivery_delay
@@ -20,7 +20,7 @@ from dlx.redelivery import redelivery_delay
 
 def message(key: str, body: bytes = b"x", exchange: str = "", **props) -> Message:
     header = content_header(len(body), encode_properties(Properties(**props)))
-    msg = Message(exchange, key, shortstr(exchange) + shortstr(key), header, body)
+    msg = Message.to(exchange, key, header, body)
     msg.inspect()
     return msg
 
