@@ -231,7 +231,7 @@ def test_users_vhosts_and_permissions_survive_a_restart():
 
 def test_definitions_from_before_permissions_keep_full_access():
     from amqp_server.broker.broker import Broker
-    from amqp_server.management import definitions
+    from amqp_server.broker import definitions
     broker = Broker(BrokerConfig())
     document = {"vhosts": [{"name": "/"}, {"name": "v2"}],
                 "users": [{"name": "old", "password_hash": broker.users["guest"].password_hash,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -13,20 +12,12 @@ from policies.model import Policy, make_policy
 from policies.store import PolicyStore
 
 from ..config import BrokerConfig
-from ..management import definitions
 from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definition_log import NO_JOURNAL, DefinitionLog
-from ..storage.definitions import (
-    journal_everything,
-    legacy_document,
-    legacy_path,
-    restore_definitions,
-)
 from ..storage.lock import DataDirError, DataDirLock
 from ..storage.message_store import MessageStore
 from ..storage.paging import Paging
-from ..storage.recovery import restore_messages
-from . import resources
+from . import boot, resources
 from .access_control import AccessControl, Grant
 from .counters import Counters
 from .direct_reply import DirectReplies
@@ -85,7 +76,7 @@ class Broker:
                 self.config.address_settings)
             vhost.counters = self.counters
             if self.journal is not None:
-                self._attach(vhost)
+                self.attach(vhost)
                 self.journal.vhost_added(name)
         return vhost
 
@@ -182,7 +173,7 @@ class Broker:
             log.warning("%s alarm cleared", resource)
         self.on_alarm()
 
-    def _store_congested(self, congested: bool) -> None:
+    def store_congested(self, congested: bool) -> None:
         self.store_busy = congested
         self.on_alarm()
 
@@ -236,7 +227,7 @@ class Broker:
         lock.acquire()
         self.data_dir_lock = lock
         try:
-            return self._load_data_dir(data_dir)
+            return boot.load(self, data_dir)
         except (OSError, ValueError) as exc:
             lock.release()
             self.data_dir_lock = None
@@ -248,55 +239,7 @@ class Broker:
             self.data_dir_lock.release()
             self.data_dir_lock = None
 
-    def _load_data_dir(self, data_dir: Path) -> list[str]:
-        # Hundreds of thousands of recovered definitions and millions of
-        # messages, none of them cyclic: collecting while they are built
-        # would only scan them again and again.
-        gc.disable()
-        try:
-            return self._recover(data_dir)
-        finally:
-            gc.enable()
-
-    def _recover(self, data_dir: Path) -> list[str]:
-        problems = self.policies.open(data_dir)
-        journal = DefinitionLog(data_dir)
-        saved, damaged = journal.recover()
-        problems.extend(damaged)
-        fresh = not any(saved.values())
-        legacy = legacy_document(data_dir) if fresh else None
-        if not fresh:
-            problems.extend(restore_definitions(self, saved))
-        elif legacy is not None:
-            definitions.import_(self, legacy)  # written by an earlier version
-        del saved
-        config = self.config
-        self.dead_letter_log = DeadLetterLog(
-            data_dir / "dead-letters", config.dead_letter_log_file_bytes,
-            config.dead_letter_log_file_seconds, config.dead_letter_log_retention_bytes,
-            config.dead_letter_log_body_limit, config.node_name)
-        self.store = MessageStore(data_dir / "messages")
-        self.store.max_redelivery_records = config.max_redelivery_records
-        self.store.log.on_congestion = self._store_congested
-        self.paging = Paging(data_dir / "paging", max(1, config.paging_threshold),
-                             max(1, config.paging_threshold_bytes),
-                             max(1, config.paging_pressure_threshold))
-        self.journal = journal
-        for vhost in self.vhosts.values():
-            self._attach(vhost)
-        if fresh:
-            # A new data directory (or one from before the log): everything
-            # there is now, defaults included, is its first state.
-            with journal.batch():
-                journal_everything(self)
-            if legacy is not None:
-                legacy_path(data_dir).unlink()
-        recovered = self.store.recover()
-        problems.extend(recovered.problems)
-        problems.extend(restore_messages(self, recovered))
-        return problems
-
-    def _attach(self, vhost: VirtualHost) -> None:
+    def attach(self, vhost: VirtualHost) -> None:
         vhost.journal = self.journal
         vhost.store = self.store
         vhost.paging = self.paging

@@ -18,7 +18,7 @@ from dlx.dead_letter import Letter, Republish
 from dlx.deaths import DeathHistory, death_headers, history_from_headers
 from dlx.expiry import parse_expiration
 
-from ..wire.frames import shortstr
+from ..wire.frames import CONTENT_HEADER_PREFIX, shortstr
 from ..wire.properties import (
     Properties,
     decode_properties,
@@ -29,8 +29,7 @@ from ..wire.properties import (
 )
 from ..wire.table import FieldTable, encode_table_pairs
 
-# class id (2) + weight (2) + body size (8) precede the property flags.
-HEADER_PREFIX = 12
+HEADER_PREFIX = CONTENT_HEADER_PREFIX
 _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
 _FLAG_EXPIRATION = 0x01   # high byte of the flags: bit 8
 # header[HEADER_PREFIX] & INSPECT_FLAGS: the message needs `inspect()`.

@@ -17,11 +17,12 @@ from aiohttp import web
 
 from policies.model import PolicyError
 
+from ..broker import definitions
 from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
-from . import console, definitions, health, messages, metrics, users, workbench_routes
+from . import console, health, messages, metrics, users, workbench_routes
 from .requests import (
     BROKER,
     USER_KEY,

@@ -4,33 +4,15 @@ rabbitmqadmin and other tools read them unchanged."""
 from __future__ import annotations
 
 import base64
-import datetime
-import decimal
 import hashlib
 
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
 
-from ..wire.table import FieldTable, Timestamp, encode_table
+from ..broker.definitions import jsonable
+from ..wire.table import FieldTable, encode_table
 
 NODE = "amqp-server@localhost"
-
-
-def jsonable(value):
-    """A decoded field value as RabbitMQ's API renders it."""
-    if isinstance(value, dict):
-        return {key: jsonable(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Timestamp):
-        return int(value)
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp())
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return value
 
 
 def properties_key(routing_key: str, arguments: FieldTable) -> str:

@@ -3,7 +3,7 @@ a page of a queue's messages as JSON (peeked, never consumed), and the
 messages an action is to take (chosen by seq, by filter, or named by the
 audit's replay candidates).
 
-Messages are read with `inspection.peek`, which walks the ready messages
+Messages are read with `broker.peek.peek`, which walks the ready messages
 held in memory in delivery order and decodes a copy of their properties:
 nothing is marked delivered or redelivered.  Messages a long queue has
 paged to disk and those waiting out a redelivery delay are not visible;
@@ -31,7 +31,7 @@ from dlx.redrive import (
     origin_of,
 )
 
-from ..inspection import PeekedMessage, peek
+from ..broker.peek import PeekedMessage, peek
 from .shapes import jsonable
 
 # Messages looked at, from the head, to tell whether a queue holds dead letters.

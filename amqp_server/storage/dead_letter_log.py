@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..broker.dead_letter_events import event_line, node_member
+from .dead_letter_lines import event_line, node_member
 
 log = logging.getLogger("amqp_server.storage")
 

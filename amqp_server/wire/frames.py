@@ -23,6 +23,9 @@ FRAME_END_BYTE = b"\xce"
 FRAME_HEADER_SIZE = 7
 # Frame header plus frame-end octet: what a frame costs on top of its payload.
 FRAME_OVERHEAD = 8
+# A content header's payload: class id (2), weight (2) and body size (8)
+# precede the property flags.
+CONTENT_HEADER_PREFIX = 12
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"

@@ -4,10 +4,30 @@ RabbitMQ and this broker in either direction."""
 
 from __future__ import annotations
 
-from ..broker.permissions import Permission
-from ..broker.users import HASHING_ALGORITHM, User
-from ..wire.table import FieldTable
-from .shapes import jsonable
+import datetime
+import decimal
+
+from ..wire.table import FieldTable, Timestamp
+from .permissions import Permission
+from .users import HASHING_ALGORITHM, User
+
+
+def jsonable(value):
+    """A decoded field value as RabbitMQ renders it in JSON (definitions
+    and the management API)."""
+    if isinstance(value, dict):
+        return {key: jsonable(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Timestamp):
+        return int(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
 
 
 def export(broker, only_vhost: str | None = None) -> dict:

@@ -1,0 +1,73 @@
+"""The per-message half of a dead-letter log line (fields in dlx/events.py).
+
+The broker serialises what messages that died together share (queue,
+reason, routing, death history: `broker/dead_letter_events.py`) once per
+batch and hands over finished event records (that head, the content header
+and the body as they were stored); the log's writer process completes each
+line here, so the event loop never JSON-encodes a message's properties.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from base64 import b64encode
+from hashlib import sha256
+from json.encoder import encode_basestring
+
+from dlx.events import string_map
+
+from ..wire.frames import CONTENT_HEADER_PREFIX
+from ..wire.properties import decode_properties, locate, simple_properties
+from ..wire.table import decode_table
+
+# One encoder, built once: json.dumps with options builds a new one per call.
+encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def json_text(value) -> str:
+    """A JSON string literal, or null (the C string escaper, no encoder object)."""
+    return "null" if value is None else encode_basestring(str(value))
+
+
+def _scalar(value) -> str:
+    return str(value) if isinstance(value, int) else encode_basestring(str(value))
+
+
+def _headers(header: bytes) -> str:
+    """The application headers of a stored content header (death headers
+    aside), as the log's string map: decoded here, not by the broker."""
+    try:
+        layout = locate(header, CONTENT_HEADER_PREFIX)
+        if layout is None:
+            table = decode_properties(header[CONTENT_HEADER_PREFIX:]).headers
+        else:
+            table = decode_table(header, layout[1])[0] if layout[2] > layout[1] else None
+    except (ValueError, IndexError, struct.error):
+        table = None  # counted as invalid_header where it died
+    return encode_json(string_map(table))
+
+
+def node_member(node: str) -> str:
+    """The `node` field as the JSON member every line of one writer ends with."""
+    return f'"node":{encode_basestring(node)}'
+
+
+def event_line(head: str, header: bytes, body: bytes, body_limit: int,
+               node_field: str) -> str:
+    """One log line: `head` (the shared fields, from the broker), then this
+    message's own parts (its content header and body as they were stored),
+    then `node_field` (from node_member, encoded once per batch)."""
+    props = simple_properties(header, CONTENT_HEADER_PREFIX)
+    headers = _headers(header)
+    # Property values are plain strings and numbers: JSON-encoded once for
+    # the value, once more to carry that JSON as a string.
+    properties = ",".join(f"{encode_basestring(name)}:{encode_basestring(_scalar(value))}"
+                          for name, value in props.items())
+    included = len(body) <= body_limit
+    return (f'{head},"message_id":{json_text(props.get("message_id"))},'
+            f'"correlation_id":{json_text(props.get("correlation_id"))},'
+            f'"properties":{{{properties}}},"headers":{headers},"body_size":{len(body)},'
+            f'"body_sha256":"{sha256(body).hexdigest()}",'
+            f'"body":{json_text(b64encode(body).decode()) if included else "null"},'
+            f'"body_included":{"true" if included else "false"},{node_field}}}\n')

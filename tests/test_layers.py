@@ -1,0 +1,133 @@
+"""The layers point one way (DESIGN.md, "Layout"): each part of the code
+may import only the parts listed for it here, so an arrow that runs up the
+layers (storage building broker objects, the broker reaching into the
+management API) fails this test instead of growing unseen."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("amqp_server", "dlx", "policies", "spark")
+
+# Part -> the parts it may import (besides itself).  Parts are module
+# prefixes; a module belongs to the longest prefix that names it.  The
+# package root (`amqp_server`, for its __version__) may be imported by all.
+WIRE = {"amqp_server.wire", "amqp_server.errors"}
+SEMANTICS = WIRE | {"dlx"}  # the pure fate decisions and their field values
+ALLOWED: dict[str, set[str]] = {
+    "amqp_server.errors": set(),
+    "amqp_server.loops": set(),
+    "amqp_server.wire": {"amqp_server.errors"},
+    "dlx": {"amqp_server.wire"},
+    "policies": {"dlx", "amqp_server.wire"},
+    "amqp_server.remote_publisher": WIRE,
+    "amqp_server.config": {"policies", "dlx"},
+    "amqp_server.storage": SEMANTICS,
+    "amqp_server.cluster": SEMANTICS | {"amqp_server.storage"},
+    "amqp_server.broker": SEMANTICS | {"policies", "amqp_server.config",
+                                       "amqp_server.storage", "amqp_server.cluster"},
+    "amqp_server.protocol": SEMANTICS | {"policies", "amqp_server.config",
+                                         "amqp_server.storage", "amqp_server.broker"},
+    "amqp_server.management": SEMANTICS | {
+        "policies", "amqp_server.config", "amqp_server.storage", "amqp_server.cluster",
+        "amqp_server.broker", "amqp_server.protocol", "amqp_server.remote_publisher"},
+    "amqp_server.server": SEMANTICS | {
+        "policies", "amqp_server.config", "amqp_server.storage", "amqp_server.cluster",
+        "amqp_server.broker", "amqp_server.protocol", "amqp_server.management"},
+    # The command-line tool speaks to a broker over HTTP and AMQP only.
+    "policies.ctl": {"policies", "dlx", "amqp_server.wire", "amqp_server.remote_publisher"},
+}
+# Until amqpctl is one package, its three modules are one part.
+for _module in ("policies.ctl_runtime", "policies.ctl_dead_letters"):
+    ALLOWED[_module] = ALLOWED["policies.ctl"]
+ALLOWED.update({
+    # The audit reads the dead-letter log's files, never the broker.
+    "spark": {"dlx"},
+})
+_CTL = {"policies.ctl", "policies.ctl_runtime", "policies.ctl_dead_letters"}
+for _module in _CTL:
+    ALLOWED[_module] = ALLOWED[_module] | _CTL
+# The outer shell (the package's front door, cli, embedding, the pytest
+# plugin, test helpers) may use anything; it is what the parts above are
+# assembled into.
+SHELL = {"amqp_server.__init__", "amqp_server.__main__", "amqp_server.cli",
+         "amqp_server.embed", "amqp_server.embed_thread", "amqp_server.inspection",
+         "amqp_server.pytest_plugin", "amqp_server.pytest_settings", "amqp_server.testing"}
+PARTS = set(ALLOWED) | SHELL
+
+
+def _modules():
+    for top in SOURCES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            package = parts[:-1]
+            yield ".".join(parts), package, path
+
+
+def _imports(package: list[str], path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if node.module is None or node.level and not node.module:
+                # `from . import a, b`: each name may be a module of its own.
+                for alias in node.names:
+                    yield f"{name}.{alias.name}", node.lineno
+            else:
+                yield name, node.lineno
+
+
+def _part(module: str, parts=PARTS) -> str | None:
+    if module.endswith(".__init__") and module.count(".") > 1:
+        module = module[:-len(".__init__")]  # a package is its own part's
+    best = None
+    for part in parts:
+        if (module == part or module.startswith(part + ".")) and (
+                best is None or len(part) > len(best)):
+            best = part
+    return best
+
+
+def test_every_module_belongs_to_a_part():
+    homeless = [module for module, _, _ in _modules() if _part(module) is None]
+    assert homeless == []
+
+
+def test_imports_point_down_the_layers():
+    wrong = []
+    for module, package, path in _modules():
+        source = _part(module)
+        if source in SHELL:
+            continue
+        for imported, line in _imports(package, path):
+            if imported.split(".")[0] not in SOURCES:
+                continue  # the standard library and third parties
+            if imported in ("amqp_server", "amqp_server.__version__"):
+                continue  # the version, from the package root
+            target = _part(imported)
+            if target == source:
+                continue
+            if target not in ALLOWED[source]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} {source} -> {imported}")
+    assert wrong == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    # The walk itself: a relative import from storage into the broker is
+    # resolved to the broker part, which storage may not import.
+    path = tmp_path / "recovery.py"
+    path.write_text("from ..broker.message import Entry\nfrom . import records\n")
+    found = dict(_imports(["amqp_server", "storage"], path))
+    assert _part("amqp_server.broker.message", ALLOWED) == "amqp_server.broker"
+    assert "amqp_server.broker.message" in found
+    assert "amqp_server.storage.records" in found
+    assert "amqp_server.broker" not in ALLOWED["amqp_server.storage"]
