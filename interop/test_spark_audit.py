@@ -1,8 +1,9 @@
 """The Spark audit on the dead-letter log one broker itself wrote: pika
 produces dead letters of every reason and every drop cause, the audit's
 numbers are checked exactly against what was produced, a re-run reads
-nothing new, the replay file names exactly the messages to move back, and
-a broker without dead letters yet is "0 dead letters".
+nothing new, the replay file names exactly the messages to move back, a
+redriven message that dies again is not a cycle, and a broker without
+dead letters yet is "0 dead letters".
 
 One SparkSession serves every local run (session-scoped fixture); the fleet,
 the standalone cluster and Spark Connect are in test_spark_fleet.py."""
@@ -27,6 +28,7 @@ from .waiting import wait_for, wait_get
 
 pyspark = pytest.importorskip("pyspark")
 
+from spark import report  # noqa: E402
 from spark.audit import main, parser  # noqa: E402
 from spark.compact import UNIQUE_COLUMNS  # noqa: E402
 from spark.job import run  # noqa: E402
@@ -154,6 +156,7 @@ EXPECTED = {
                        "target_full": 1},
     "messages": 3 + 2 + 2 + 1 + 4 + 1 + 1,
     "cycled_messages": 1,
+    "died_again_after_redrive": 0,
     "queues": 10,
     "nodes": 1,
 }
@@ -402,3 +405,73 @@ def test_bad_input_gets_clear_errors(tmp_path, capsys):
     assert main(["--data-dir", str(tmp_path / "one"), "--data-dir", str(tmp_path / "two"),
                  "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "give --parquet-dir" in capsys.readouterr().err
+
+
+def test_a_message_redriven_that_dies_again_is_told_from_a_cycle(spark, tmp_path):
+    """Both die again in a queue they died in before, for the same reason
+    (x-death counts 2 there): one because an operator sent it back
+    (`amqpctl redrive`, which counts itself on the message), the other
+    because the dead-letter exchanges brought it back.  Only the second
+    cycled; the first died again after a redrive."""
+    data_dir = tmp_path / "redrive"
+    with running_broker(data_dir, "redrive") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "orders", "redriven")
+        reject_all(ch, "orders", 1)
+        wait_depth(ch, "dlq", 1)
+        assert ctl.main(["--port", str(broker.management_port), "redrive", "dlq"]) == 0
+        wait_depth(ch, "orders", 1)
+        method, props, _ = ch.basic_get("orders")
+        assert props.headers["x-redrive-count"] == 1
+        assert props.headers["x-death"][0]["count"] == 1
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        wait_depth(ch, "dlq", 1)
+
+        for queue, back_to in (("work", "retry"), ("retry", "work")):
+            ch.exchange_declare(f"to-{back_to}", "fanout")
+            ch.queue_declare(queue, arguments={"x-dead-letter-exchange": f"to-{back_to}"})
+        for queue in ("work", "retry"):
+            ch.queue_bind(queue, f"to-{queue}")
+        publish(ch, "work", "looped")
+        for queue in ("work", "retry", "work"):
+            wait_depth(ch, queue, 1)
+            reject_all(ch, queue, 1)
+        assert wait_for(lambda: logged_events(data_dir) == 2 + 3)
+        summary = audit(spark, data_dir, tmp_path / "out")
+
+    assert (summary["died_again_after_redrive"], summary["cycled_messages"]) == (1, 1)
+    cycles = read_csv(tmp_path / "out" / "tables" / "cycles.csv")
+    assert {row["message"] for row in cycles} == {"looped"}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<div>died again after a redrive<b>1</b></div>" in page
+    assert "died again after a redrive" in report.terminal_summary(summary, tmp_path)
+
+
+SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def test_a_dataset_compacted_before_redrives_were_counted_reads_as_before(
+        spark, broker_data, tmp_path):
+    """Parquet files an earlier version compacted have no `redrives`
+    column: no redrive recorded itself then, so none is counted."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    data_dir = tmp_path / "older"
+    shutil.copytree(broker_data / "dead-letters", data_dir / "dead-letters")
+    first = audit(spark, data_dir, tmp_path / "a")
+    files = list((data_dir / "dead-letters-parquet" / "events").rglob("*.parquet"))
+    assert files
+    for path in files:
+        table = pq.ParquetFile(path).read()
+        metadata = dict(table.schema.metadata)
+        spark_schema = json.loads(metadata[SPARK_ROW_METADATA])
+        spark_schema["fields"] = [field for field in spark_schema["fields"]
+                                  if field["name"] != "redrives"]
+        metadata[SPARK_ROW_METADATA] = json.dumps(spark_schema).encode()
+        pq.write_table(table.drop_columns(["redrives"]).replace_schema_metadata(metadata),
+                       path)
+        (path.parent / f".{path.name}.crc").unlink()  # Hadoop's checksum of the old file
+    again = audit(spark, data_dir, tmp_path / "b")
+    assert again["_run"]["compacted_files"] == 0
+    assert {k: v for k, v in first.items() if k != "_run"} == \
+        {k: v for k, v in again.items() if k != "_run"}

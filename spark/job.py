@@ -111,7 +111,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     fact_rows, (repeats,) = fetched.pop("facts"), fetched.pop("repeats").to_pylist()
     fetched.update(fact_tables.from_facts(fact_rows, split))
     totals = fact_tables.totals(fact_rows, split)
-    summary = tables.summary(totals, repeats["repeats"])
+    summary = tables.summary(totals, repeats["repeats"], repeats["died_again_after_redrive"])
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()
     repeated.unpersist()

@@ -23,7 +23,8 @@ TITLES = {
     "by_exchange": "By exchange (the one it was last published to)",
     "top_poison": "Top poison messages: died twice or more (x-death total or deaths in the "
                   "log), by message-id, else body digest; most deaths first, at most 100",
-    "cycles": "Messages that cycled, with their path (first death first)",
+    "cycles": "Messages that cycled: dead-lettered back to a queue they had died in (not "
+              "redriven there), with their path (first death first)",
     "time_to_death": "Time from publish (timestamp property) to death",
     "delivery_counts": "Deaths so far and quorum delivery counts",
     "reasons_per_queue": "Expired against rejected, per queue",
@@ -130,7 +131,9 @@ def render_html(summary: dict, tables: dict[str, Table]) -> str:
         f"<div>{html.escape(label)}<b>{summary.get(key, 0)}</b></div>"
         for key, label in (("events", "events"), ("dead_lettered", "dead-lettered"),
                            ("dropped", "dropped"), ("messages", "distinct messages"),
-                           ("cycled_messages", "cycled"), ("queues", "queues"),
+                           ("cycled_messages", "cycled"),
+                           ("died_again_after_redrive", "died again after a redrive"),
+                           ("queues", "queues"),
                            ("nodes", "brokers")))
     notes = "".join(f"<p class='note'>{html.escape(note)}</p>" for note in summary["notes"])
     reasons = "".join(f"<tr><td>{html.escape(k)}</td><td class='n'>{v}</td></tr>"
@@ -154,12 +157,16 @@ def render_html(summary: dict, tables: dict[str, Table]) -> str:
 
 # ---- the terminal ------------------------------------------------------------------
 
+LABELS = {"died_again_after_redrive": "died again after a redrive"}
+
+
 def terminal_summary(summary: dict, out: Path) -> str:
     table = RichTable(title=f"Dead-letter audit: {headline(summary)}", show_header=True)
     table.add_column("what")
     table.add_column("count", justify="right")
-    for key in ("events", "dead_lettered", "dropped", "messages", "cycled_messages", "nodes"):
-        table.add_row(key.replace("_", " "), str(summary[key]))
+    for key in ("events", "dead_lettered", "dropped", "messages", "cycled_messages",
+                "died_again_after_redrive", "nodes"):
+        table.add_row(LABELS.get(key, key.replace("_", " ")), str(summary[key]))
     for reason, count in summary["by_reason"].items():
         if count:
             table.add_row(f"reason {reason}", str(count))

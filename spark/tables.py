@@ -107,6 +107,9 @@ PREPARED = (
     # table and the count of cycled messages come from it (NULL for others).
     "IF(cycled, message, NULL) AS cycled_message",
     "death_path AS cycle_path",
+    # Died after the workbench redrove it (compacted before the count was
+    # derived: NULL, and no redrive recorded it then).
+    "coalesce(redrives, 0) > 0 AS redriven",
 )
 
 
@@ -141,13 +144,14 @@ def _sorted(frame: DataFrame, keys: list) -> DataFrame:
     return frame.coalesce(1).sortWithinPartitions(*keys)
 
 
-def summary(row: dict, repeats: int) -> dict:
+def summary(row: dict, repeats: int, died_again_after_redrive: int = 0) -> dict:
     """The summary dict from the headline counts (fact_tables.totals) and
     the `repeats` (the queue and node counts come with the tables)."""
     return {
         "events": row["events"] or 0,
         "messages": (row["events"] or 0) - repeats,
         "cycled_messages": row["cycled_messages"],
+        "died_again_after_redrive": died_again_after_redrive,
         "dead_lettered": row["dead_lettered"] or 0,
         "dropped": row["dropped"] or 0,
         "by_reason": {reason: row[reason] or 0 for reason in REASONS},
@@ -181,7 +185,7 @@ def per_message(prepared: DataFrame, split: Split) -> DataFrame:
     """One row per message (per node and message with `by_node`): about as
     many rows as events, so only `repeated` is kept of it."""
     return prepared.groupBy(*split.keys("vhost", "message")).agg(*_exprs(
-        "count(1) AS events", "max(deaths_so_far) AS deaths", "bool_or(cycled) AS cycled",
+        "count(1) AS events", "max(deaths_so_far) AS deaths", "bool_or(redriven) AS redriven",
         "min(time) AS first", "max(time) AS last"))
 
 
@@ -195,8 +199,11 @@ def repeated(messages: DataFrame) -> DataFrame:
 def repeats(repeated: DataFrame) -> DataFrame:
     """Deaths in the log beyond each message's first: every message that
     died more than once is in `repeated`, so the events less these are the
-    distinct messages, without a second pass over them all."""
-    return repeated.selectExpr("coalesce(sum(events - 1), 0) AS repeats")
+    distinct messages, without a second pass over them all.  So is every
+    message that died again after a redrive (x-death counts on through a
+    redrive): those are counted here too."""
+    return repeated.selectExpr("coalesce(sum(events - 1), 0) AS repeats",
+                               "count_if(redriven) AS died_again_after_redrive")
 
 
 def top_poison(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFrame:
