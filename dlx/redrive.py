@@ -228,7 +228,7 @@ def parse_time(value, name: str) -> int:
 # ---- replay candidates from the audit ----------------------------------------
 
 CANDIDATE_FIELDS = ("node", "vhost", "queue", "message_id", "body_sha256", "died_in",
-                    "reason", "exchange", "routing_keys", "time")
+                    "reason", "exchange", "routing_keys", "time", "expires_again")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The Spark audit on the dead-letter log one broker itself wrote: pika
 produces dead letters of every reason and every drop cause, the audit's
 numbers are checked exactly against what was produced, a re-run reads
-nothing new, the replay file names exactly the messages to move back, a
-redriven message that dies again is not a cycle, and a broker without
-dead letters yet is "0 dead letters".
+nothing new, the replay file names exactly the messages to move back (and
+marks those their queue's TTL expires again), a redriven message that
+dies again is not a cycle, and a broker without dead letters yet is "0
+dead letters".
 
 One SparkSession serves every local run (session-scoped fixture); the fleet,
 the standalone cluster and Spark Connect are in test_spark_fleet.py."""
@@ -11,6 +12,7 @@ the standalone cluster and Spark Connect are in test_spark_fleet.py."""
 from __future__ import annotations
 
 import csv
+import html
 import json
 import shutil
 import time
@@ -219,6 +221,7 @@ def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_
         assert written[key] == value, key
     assert summary["_run"]["compacted_files"] == 1
     assert written["replay_candidates"] == 2 + 2  # the expired and maxlen ones
+    assert written["replay_candidates_expiring_again"] == 2  # quotes has a message TTL
 
     tables = tmp_path / "tables"
     drops = {(r["drop_cause"], r["reason"]): int(r["events"])
@@ -269,7 +272,7 @@ def test_replay_file_names_each_message_and_the_queue_it_waits_in(spark, broker_
         "expired-0", "expired-1", "maxlen-0", "maxlen-1"]
     expired = next(line for line in lines if line["message_id"] == "expired-0")
     assert set(expired) == {"node", "vhost", "queue", "message_id", "body_sha256", "died_in",
-                            "reason", "exchange", "routing_keys", "time"}
+                            "reason", "exchange", "routing_keys", "time", "expires_again"}
     assert expired["node"] == "broker-a" and expired["vhost"] == "/"
     assert expired["queue"] == "dlq" and expired["died_in"] == "quotes"
     assert expired["reason"] == "expired"
@@ -405,6 +408,37 @@ def test_bad_input_gets_clear_errors(tmp_path, capsys):
     assert main(["--data-dir", str(tmp_path / "one"), "--data-dir", str(tmp_path / "two"),
                  "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "give --parquet-dir" in capsys.readouterr().err
+
+
+def test_only_candidates_their_queues_ttl_expired_are_marked_to_expire_again(spark, tmp_path):
+    """x-death keeps a message's own expiration (original-expiration) and
+    the dead letter loses it, so a redriven copy does not expire by it
+    again; a queue's TTL stays with the queue and expires the copy again."""
+    data_dir = tmp_path / "ttl"
+    with running_broker(data_dir, "ttl") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("quotes", arguments={"x-dead-letter-exchange": "dlx",
+                                              "x-message-ttl": 10})
+        publish(ch, "quotes", "queue-ttl")
+        ch.queue_declare("offers", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "offers", "own-ttl", expiration="10")
+        wait_depth(ch, "dlq", 2)
+        assert wait_for(lambda: logged_events(data_dir) == 2)  # the writer is a process
+        summary = audit(spark, data_dir, tmp_path / "out", "--replay-candidates")
+
+    out = tmp_path / "out"
+    table = read_csv(out / "tables" / "replay_candidates.csv")
+    assert {row["message_id"]: row["expires_again"] for row in table} == {
+        "queue-ttl": "true", "own-ttl": "false"}
+    lines = [json.loads(line) for line in (out / "replay-candidates.ndjson").read_text()
+             .splitlines()]
+    assert {line["message_id"]: line["expires_again"] for line in lines} == {
+        "queue-ttl": True, "own-ttl": False}
+    assert summary["replay_candidates"] == 2
+    assert summary["replay_candidates_expiring_again"] == 1
+    (note,) = summary["notes"]
+    assert note.startswith("replay candidates that expired by their queue's own TTL")
+    assert html.escape(note) in (out / "report.html").read_text()
 
 
 def test_a_message_redriven_that_dies_again_is_told_from_a_cycle(spark, tmp_path):

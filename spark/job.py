@@ -127,6 +127,10 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     if args.replay_candidates:
         write_replay_file(replay_path, written["replay_candidates"])
         summary["replay_candidates"] = len(written["replay_candidates"].rows)
+        again = sum(1 for row in written["replay_candidates"].dicts() if row["expires_again"])
+        summary["replay_candidates_expiring_again"] = again
+        if again:
+            notes.append(report.expiring_again_note(again))
     summary["queues"] = len({(row["vhost"], row["queue"])
                              for row in written["reasons_per_queue"].dicts()})
     summary["nodes"] = len(written["by_node"].rows)

@@ -30,8 +30,9 @@ TITLES = {
     "reasons_per_queue": "Expired against rejected, per queue",
     "first_to_last": "First-death queue to the queue it died in last",
     "drops": "Dead letters that went nowhere, by cause",
-    "replay_candidates": "Safe to move back (died once, transient reason, in a dead-letter "
-                         "queue now); also in replay-candidates.ndjson",
+    "replay_candidates": "Replay candidates (died once, transient reason, in a dead-letter "
+                         "queue now; expires_again: its queue's own TTL expired it, and will "
+                         "again if it goes back there); also in replay-candidates.ndjson",
 }
 
 
@@ -48,6 +49,8 @@ def cell(value) -> str:
     """One value as text, the same in the CSV, the HTML and the terminal."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return "; ".join(cell(v) for v in value)
     if isinstance(value, datetime):
@@ -90,7 +93,8 @@ def _html_table(table: Table) -> str:
     body = []
     for row in table.rows[:MAX_HTML_ROWS]:
         cells = "".join(
-            f'<td class="n">{v}</td>' if isinstance(v, int) else f"<td>{html.escape(cell(v))}</td>"
+            f'<td class="n">{v}</td>' if isinstance(v, int) and not isinstance(v, bool)
+            else f"<td>{html.escape(cell(v))}</td>"
             for v in row)
         body.append(f"<tr>{cells}</tr>")
     more = len(table.rows) - MAX_HTML_ROWS
@@ -119,6 +123,13 @@ def _charts(tables: dict[str, Table]) -> dict[str, str | None]:
         "drops": charts.drops(rows["drops"]),
         "time_to_death": charts.time_to_death(rows["time_to_death"]),
     }
+
+
+def expiring_again_note(count: int) -> str:
+    return ("replay candidates that expired by their queue's own TTL (x-death records no "
+            f"expiration of the message's own): {count}; redriven to that queue, such a "
+            "message expires again when the TTL runs out unless a consumer takes it first "
+            "(marked expires_again)")
 
 
 def headline(summary: dict) -> str:

@@ -110,6 +110,14 @@ PREPARED = (
     # Died after the workbench redrove it (compacted before the count was
     # derived: NULL, and no redrive recorded it then).
     "coalesce(redrives, 0) > 0 AS redriven",
+    # Expired, and x-death records no expiration of its own: its queue's
+    # TTL (x-message-ttl, a message-ttl policy, an address's expiry delay)
+    # expired it, and does so again when it is redriven there.  RabbitMQ
+    # keeps a message's own expiration in its x-death entry
+    # (original-expiration) and removes it from the dead letter, so a
+    # redriven copy of such a message does not expire by it again.
+    ("reason = 'expired' AND try_element_at(deaths.original_expiration, 1) IS NULL "
+     "AS expires_again"),
 )
 
 
@@ -224,9 +232,13 @@ def top_poison(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFr
 
 
 def replay_candidates(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFrame:
-    """Dead letters safe to send back: messages that died once only, for a
+    """Dead letters to send back: messages that died once only, for a
     transient reason, and wait in a dead-letter queue.  Their original
-    exchange and routing keys are those of that one death."""
+    exchange and routing keys are those of that one death.  Those their
+    queue's TTL expired are kept, marked `expires_again`: the audit cannot
+    tell whether that queue still expires them before a consumer comes
+    (it can, after an outage of its consumers; a delay queue always
+    does), the operator can."""
     identity = split.keys("vhost", "message")
     transient = ", ".join(f"'{reason}'" for reason in TRANSIENT_REASONS)
     return _sorted(
@@ -235,7 +247,7 @@ def replay_candidates(prepared: DataFrame, repeated: DataFrame, split: Split) ->
         .join(repeated.select(*identity), identity, "left_anti")
         .selectExpr("timestamp_micros(time) AS time", "node", "vhost", "queue", "reason",
                     "message_id", "body_sha256", "original_exchange",
-                    "original_routing_keys", "target_queues"),
+                    "original_routing_keys", "target_queues", "expires_again"),
         ["time", "node", "vhost", "queue", "message_id", "body_sha256"])
 
 
