@@ -3,8 +3,8 @@ produces dead letters of every reason and every drop cause, the audit's
 numbers are checked exactly against what was produced, a re-run reads
 nothing new, the replay file names exactly the messages to move back (and
 marks those their queue's TTL expires again), a redriven message that
-dies again is not a cycle, and a broker without dead letters yet is "0
-dead letters".
+dies again is not a cycle, the charts count in whole numbers, and a
+broker without dead letters yet is "0 dead letters".
 
 One SparkSession serves every local run (session-scoped fixture); the fleet,
 the standalone cluster and Spark Connect are in test_spark_fleet.py."""
@@ -30,7 +30,7 @@ from .waiting import wait_for, wait_get
 
 pyspark = pytest.importorskip("pyspark")
 
-from spark import report  # noqa: E402
+from spark import charts, report  # noqa: E402
 from spark.audit import main, parser  # noqa: E402
 from spark.compact import UNIQUE_COLUMNS  # noqa: E402
 from spark.job import run  # noqa: E402
@@ -480,6 +480,27 @@ def test_a_message_redriven_that_dies_again_is_told_from_a_cycle(spark, tmp_path
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<div>died again after a redrive<b>1</b></div>" in page
     assert "died again after a redrive" in report.terminal_summary(summary, tmp_path)
+
+
+def test_count_axes_tick_whole_numbers_only(spark, broker_data, tmp_path, monkeypatch):
+    """A few dead letters per queue gave ticks at 0.5, 2.5...; read from the
+    figures the report draws, every chart's count axis (the labelled one)
+    ticks whole numbers."""
+    counted = []
+    draw = charts._png
+
+    def recording(figure):
+        axes = figure.axes[0]
+        axis = axes.xaxis if axes.get_xlabel() else axes.yaxis
+        counted.append((axis.get_label_text(), [float(tick) for tick in axis.get_ticklocs()]))
+        return draw(figure)
+
+    monkeypatch.setattr(charts, "_png", recording)
+    audit(spark, broker_data, tmp_path)
+    assert len(counted) == 5
+    assert {label for label, _ in counted} == {"dead letters", "dropped"}
+    for label, ticks in counted:
+        assert ticks and all(tick.is_integer() for tick in ticks), (label, ticks)
 
 
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
