@@ -3,8 +3,8 @@ produces dead letters of every reason and every drop cause, the audit's
 numbers are checked exactly against what was produced, a re-run reads
 nothing new, the replay file names exactly the messages to move back (and
 marks those their queue's TTL expires again), a redriven message that
-dies again is not a cycle, the charts count in whole numbers, and a
-broker without dead letters yet is "0 dead letters".
+dies again is not a cycle, the charts count in whole numbers, `--quiet`
+is quiet, and a broker without dead letters yet is "0 dead letters".
 
 One SparkSession serves every local run (session-scoped fixture); the fleet,
 the standalone cluster and Spark Connect are in test_spark_fleet.py."""
@@ -14,7 +14,10 @@ from __future__ import annotations
 import csv
 import html
 import json
+import re
 import shutil
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -501,6 +504,27 @@ def test_count_axes_tick_whole_numbers_only(spark, broker_data, tmp_path, monkey
     assert {label for label, _ in counted} == {"dead letters", "dropped"}
     for label, ticks in counted:
         assert ticks and all(tick.is_integer() for tick in ticks), (label, ticks)
+
+
+# Spark's log lines (log4j's pattern, or its JSON layout) and log4j's own.
+JVM_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d [A-Z]+ |log4j|\"logger\":",
+                          re.MULTILINE)
+
+
+def test_quiet_prints_nothing_of_the_jvms_start(broker_data, tmp_path):
+    """Spark's launcher always adds an incubator module, which Java announces
+    on stderr before any log setting applies; Spark's log is kept to errors."""
+    data_dir = tmp_path / "copy"
+    shutil.copytree(broker_data / "dead-letters", data_dir / "dead-letters")
+    result = subprocess.run(
+        [sys.executable, "-m", "spark.audit", "--data-dir", str(data_dir),
+         "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == ""
+    assert "Using incubator modules" not in result.stderr
+    assert not JVM_LOG_LINE.search(result.stderr), result.stderr
+    assert (tmp_path / "out" / "report.html").exists()
 
 
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
