@@ -554,3 +554,21 @@ def test_a_dataset_compacted_before_redrives_were_counted_reads_as_before(
     assert again["_run"]["compacted_files"] == 0
     assert {k: v for k, v in first.items() if k != "_run"} == \
         {k: v for k, v in again.items() if k != "_run"}
+
+
+def test_count_headers_a_publisher_set_to_text_count_nothing(spark, tmp_path):
+    """x-redrive-count and x-delivery-count are the broker's, but a publisher
+    may send anything under those names: text is no count, and fails no
+    audit (Spark's ANSI cast would)."""
+    data_dir = tmp_path / "odd"
+    with running_broker(data_dir, "odd") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "orders", "odd", headers={"x-redrive-count": "often",
+                                              "x-delivery-count": "many"})
+        reject_all(ch, "orders", 1)
+        assert wait_for(lambda: logged_events(data_dir) == 1)
+        summary = audit(spark, data_dir, tmp_path / "out")
+    assert (summary["events"], summary["died_again_after_redrive"]) == (1, 0)
+    (row,) = read_csv(tmp_path / "out" / "tables" / "delivery_counts.csv")
+    assert row["delivery_count"] == ""

@@ -62,7 +62,7 @@ DERIVED: tuple[tuple[str, str, T.DataType], ...] = (
     ("publish_to_death",
      _time_bucket("(time / 1000000 - CAST(properties['timestamp'] AS BIGINT))"),
      T.StringType()),
-    ("delivery_count", "CAST(headers['x-delivery-count'] AS BIGINT)", T.LongType()),
+    ("delivery_count", "try_cast(headers['x-delivery-count'] AS BIGINT)", T.LongType()),
     # x-death lists the most recent death first: the last entry is the
     # first death, with the exchange and keys it was originally published to.
     ("original_exchange", "element_at(deaths, -1).exchange", T.StringType()),
