@@ -135,6 +135,8 @@ def test_publishers_wait_for_a_busy_store_and_lose_nothing(data_dir):
         conn.close()
         got = consume(broker.url, "busy", COUNT)
         assert [n for _, n, _ in got] == list(range(COUNT))
-        assert changes.count(True) > 10
+        # Paused more than once: how many times depends on how fast the disk
+        # is at that moment (a loaded machine batches more per flush).
+        assert changes.count(True) >= 2
         # The consumer's acks are records too: the writer catches up after.
         assert wait_for(lambda: changes[-1] is False, 30), changes[-6:]
