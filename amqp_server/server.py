@@ -259,8 +259,9 @@ class Refusal:
 
 class ListenError(OSError):
     """Listeners could not be opened: every one that failed, a line each,
-    then `advice` on how to choose other ports, worded by whoever started
-    the broker (the command's flags, the embedding API's arguments)."""
+    then `advice` on what to change (other ports, another host), worded by
+    whoever started the broker (the command's flags, the embedding API's
+    arguments)."""
 
     def __init__(self, refusals: list[Refusal], advice: str = "") -> None:
         self.refusals = tuple(refusals)

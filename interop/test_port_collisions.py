@@ -132,17 +132,15 @@ def test_an_address_that_is_not_this_machines_is_named_with_the_host_flag(tmp_pa
     ]
 
 
-def test_a_failed_start_leaves_no_port_open_and_no_traceback(tmp_path):
-    with taken_ports(1) as (prometheus,):
-        # The AMQP and management listeners did open before the taken
-        # Prometheus port was found: they are closed again.
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            free = probe.getsockname()[1]
-        code, lines = start_fails(tmp_path, "--port", str(free), "--management-port", "0",
-                                  "--prometheus-port", str(prometheus))
-        assert code == 1
-        assert not any("Traceback" in line for line in lines)
+async def test_a_failed_start_closes_the_listeners_that_did_open():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    with taken_ports(1) as (management,), pytest.raises(ListenError) as caught:
+        # The AMQP listener opens before the management port is found taken.
+        async with amqp_server.serve(port=free, management_port=management):
+            pass
+    assert [refusal.listener for refusal in caught.value.refusals] == ["management"]
     with socket.socket() as again:
         again.bind(("127.0.0.1", free))
 
