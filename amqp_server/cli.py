@@ -18,6 +18,30 @@ from .storage.lock import DataDirError
 log = logging.getLogger("amqp_server")
 
 
+# The flag that sets each listener's port (Refusal.listener).
+PORT_FLAGS = {"AMQP": "--port", "AMQPS": "--tls-port", "management": "--management-port",
+              "Prometheus": "--prometheus-port"}
+
+
+def listen_advice(error: ListenError) -> list[str]:
+    """The flags that start the broker beside whatever holds its ports (on
+    a machine where RabbitMQ runs, every default one is taken), or on an
+    address it can have."""
+    advice = []
+    flags = [PORT_FLAGS[refusal.listener] for refusal in error.ports_in_the_way]
+    if flags:
+        picks = "picks a free port" if len(flags) == 1 else "pick free ports"
+        line = f"{' '.join(f'{flag} 0' for flag in flags)} {picks} instead (printed at start)"
+        optional = [flag for flag in flags if flag != "--port"]
+        if optional:
+            line += f"; {' or '.join(f'{flag} -1' for flag in optional)} turns that listener off"
+        advice.append(line + ".")
+    if error.host_in_the_way:
+        advice.append("--host must name an address of this machine (127.0.0.1, the default, "
+                      "or 0.0.0.0 for every interface).")
+    return advice
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="amqp-server",
@@ -25,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int,
                         help="AMQP port (default 5672; 0 picks a free one and logs it)")
+    parser.add_argument("--tls-port", type=int,
+                        help="amqps port, when the config sets a certificate (default 5671; "
+                             "0 picks a free one, -1 turns it off)")
     parser.add_argument("--management-port", type=int,
                         help="management HTTP API port (default 15672; 0 picks a free one, "
                              "-1 turns it off)")
@@ -64,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = BrokerConfig.load(args.config, host=args.host, port=args.port,
+                                   tls_port=args.tls_port,
                                    management_port=args.management_port,
                                    prometheus_port=args.prometheus_port,
                                    data_dir=args.data_dir, log_level=args.log_level)
@@ -73,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= config.port <= 65535:
         print(f"amqp-server: --port must be 0-65535, got {config.port}", file=sys.stderr)
         return 2
-    for flag, port in (("--management-port", config.management_port),
+    for flag, port in (("--tls-port", config.tls_port),
+                       ("--management-port", config.management_port),
                        ("--prometheus-port", config.prometheus_port)):
         if port > 65535:
             print(f"amqp-server: {flag} must be at most 65535, got {port}", file=sys.stderr)
@@ -86,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
         return 2
-    except (DataDirError, ListenError) as exc:
+    except ListenError as exc:
+        for line in [*map(str, exc.refusals), *listen_advice(exc)]:
+            print(f"amqp-server: {line}", file=sys.stderr)
+        return 1
+    except DataDirError as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # anything else the system refused, as it said it

@@ -27,7 +27,7 @@ from .broker.broker import Broker
 from .broker.permissions import Permission
 from .config import BrokerConfig
 from .inspection import PeekedMessage
-from .server import Server
+from .server import ListenError, Server
 from .wire.table import FieldTable
 
 __all__ = ["ConfigSource", "EmbeddedBroker", "serve", "load_config"]
@@ -37,6 +37,27 @@ __all__ = ["ConfigSource", "EmbeddedBroker", "serve", "load_config"]
 ConfigSource = Union[BrokerConfig, str, os.PathLike[str], Mapping[str, Any], None]
 
 DEFAULT_HOST = "127.0.0.1"
+
+# How a caller sets each listener's port (Refusal.listener): an argument of
+# serve(), or a config key.
+_PORT_SETTINGS = {"AMQP": "port={}", "AMQPS": "config tls_port = {}",
+                  "management": "management_port={}", "Prometheus": "config prometheus_port = {}"}
+
+
+def _advice(error: ListenError) -> str:
+    """The settings that start the broker beside whatever holds its ports,
+    or on an address it can have."""
+    listeners = [refusal.listener for refusal in error.ports_in_the_way]
+    if not listeners:
+        return ("host must be an address of this machine (127.0.0.1, the default, or "
+                "0.0.0.0 for every interface)." if error.host_in_the_way else "")
+    picks = "picks a free port" if len(listeners) == 1 else "pick free ports"
+    advice = (f"{', '.join(_PORT_SETTINGS[name].format(0) for name in listeners)} {picks} "
+              "instead (the broker's port attributes say which)")
+    optional = [_PORT_SETTINGS[name].format(-1) for name in listeners if name != "AMQP"]
+    if optional:
+        advice += f"; {' or '.join(optional)} turns that listener off"
+    return advice + "."
 
 
 def load_config(config: ConfigSource = None, **keys: Any) -> BrokerConfig:
@@ -100,9 +121,11 @@ class EmbeddedBroker:
         self._state = "starting"
         try:
             await self.server.start()
-        except BaseException:
+        except BaseException as exc:
             self._state = "stopped"
             self._remove_own_dir()
+            if isinstance(exc, ListenError):
+                raise exc.advised(_advice(exc)) from None
             raise
         self._state = "running"
         return self

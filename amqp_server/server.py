@@ -9,12 +9,13 @@ here because they need a clock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import gc
 import ipaddress
 import logging
 import os
 import ssl
+from dataclasses import dataclass
 
 from .broker.broker import Broker
 from .config import ConfigError
@@ -218,17 +219,65 @@ def tls_context(config) -> ssl.SSLContext | None:
     return context
 
 
+# Errors a listener on another port would not meet: the port is taken, or
+# (below 1024) reserved to privileged users.
+_PORT_ERRORS = (errno.EADDRINUSE, errno.EACCES)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One listener the system would not open: which, where and why."""
+
+    listener: str  # "AMQP", "AMQPS", "management" or "Prometheus"
+    host: str
+    port: int
+    reason: str
+    errno: int | None = None
+
+    @classmethod
+    def of(cls, listener: str, host: str, port: int, exc: OSError) -> Refusal:
+        # asyncio words a bind error as "error while attempting to bind on
+        # address ...": the system's own words are shorter.  A name that
+        # does not resolve has a negative errno and its words in strerror.
+        code = exc.errno
+        reason = os.strerror(code) if code and code > 0 else exc.strerror or str(exc)
+        return cls(listener, host, port, reason, code)
+
+    @property
+    def port_in_the_way(self) -> bool:
+        """Another port would do: this one is taken or privileged."""
+        return self.errno in _PORT_ERRORS
+
+    @property
+    def host_in_the_way(self) -> bool:
+        """The host is no address of this machine, or no name that resolves."""
+        return self.errno == errno.EADDRNOTAVAIL or (self.errno or 0) < 0
+
+    def __str__(self) -> str:
+        return f"cannot listen on {self.host}:{self.port} ({self.listener}): {self.reason}"
+
+
 class ListenError(OSError):
-    """A listener could not be opened; the message names which and why."""
+    """Listeners could not be opened: every one that failed, a line each,
+    then `advice` on what to change (other ports, another host), worded by
+    whoever started the broker (the command's flags, the embedding API's
+    arguments)."""
 
+    def __init__(self, refusals: list[Refusal], advice: str = "") -> None:
+        self.refusals = tuple(refusals)
+        self.advice = advice
+        super().__init__("\n".join([*map(str, self.refusals), *([advice] if advice else [])]))
 
-@contextlib.contextmanager
-def listening(what: str, host: str, port: int):
-    try:
-        yield
-    except OSError as exc:
-        raise ListenError(f"cannot listen on {host}:{port} ({what}): "
-                          f"{os.strerror(exc.errno) if exc.errno else exc}") from None
+    def advised(self, advice: str) -> ListenError:
+        return ListenError(list(self.refusals), advice)
+
+    @property
+    def ports_in_the_way(self) -> list[Refusal]:
+        return [refusal for refusal in self.refusals if refusal.port_in_the_way]
+
+    @property
+    def host_in_the_way(self) -> bool:
+        return any(refusal.host_in_the_way for refusal in self.refusals)
 
 
 class Server:
@@ -280,30 +329,54 @@ class Server:
         if period > 0:
             self._address_scan = broker.timers.call_every(period / 1000.0,
                                                           broker.scan_auto_created)
-        with listening("AMQP", self.host, self.port):
+        await self._listen(loop)
+
+    async def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open every listener, or none: each one the system refuses is
+        tried all the same, so that one ListenError names them all (a
+        machine where RabbitMQ runs has every default port taken)."""
+        config = self.broker.config
+        context = tls_context(config)  # a bad certificate is said before any port
+        refusals: list[Refusal] = []
+
+        async def attempt(listener: str, port: int, open_listener) -> None:
+            try:
+                await open_listener()
+            except OSError as exc:
+                refusals.append(Refusal.of(listener, self.host, port, exc))
+
+        async def amqp() -> None:
             self._server = await loop.create_server(
                 lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("AMQP 0-9-1 listening on %s:%d", self.host, self.port)
-        context = tls_context(broker.config)
-        if context is not None:
-            with listening("AMQPS", self.host, self.tls_port):
-                self._tls_server = await loop.create_server(
-                    lambda: AMQPProtocol(self), self.host, self.tls_port, reuse_address=True,
-                    ssl=context, ssl_handshake_timeout=broker.config.handshake_timeout / 1000)
-            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
-            log.info("AMQP 0-9-1 over TLS listening on %s:%d", self.host, self.tls_port)
-        if broker.config.management_port >= 0:
-            self.management = ManagementServer(broker, self.host, broker.config.management_port,
+
+        async def amqps() -> None:
+            self._tls_server = await loop.create_server(
+                lambda: AMQPProtocol(self), self.host, self.tls_port, reuse_address=True,
+                ssl=context, ssl_handshake_timeout=config.handshake_timeout / 1000)
+
+        await attempt("AMQP", self.port, amqp)
+        # -1 turns the amqps listener off even when a certificate is set.
+        if context is not None and self.tls_port >= 0:
+            await attempt("AMQPS", self.tls_port, amqps)
+        if config.management_port >= 0:
+            self.management = ManagementServer(self.broker, self.host, config.management_port,
                                                self.listeners)
-            with listening("management", self.host, broker.config.management_port):
-                await self.management.start()
+            await attempt("management", config.management_port, self.management.start)
+        if config.prometheus_port >= 0:
+            self.prometheus = PrometheusServer(self.broker, self.host, config.prometheus_port)
+            await attempt("Prometheus", config.prometheus_port, self.prometheus.start)
+        if refusals:
+            raise ListenError(refusals)  # start() closes what did open
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self._tls_server is not None:
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+        log.info("AMQP 0-9-1 listening on %s:%d", self.host, self.port)
+        if self._tls_server is not None:
+            log.info("AMQP 0-9-1 over TLS listening on %s:%d", self.host, self.tls_port)
+        if self.management is not None:
             log.info("management HTTP API listening on %s:%d", self.host,
                      self.management.port)
-        if broker.config.prometheus_port >= 0:
-            self.prometheus = PrometheusServer(broker, self.host, broker.config.prometheus_port)
-            with listening("Prometheus", self.host, broker.config.prometheus_port):
-                await self.prometheus.start()
+        if self.prometheus is not None:
             log.info("Prometheus metrics listening on %s:%d", self.host, self.prometheus.port)
 
     def listeners(self) -> list[dict]:
