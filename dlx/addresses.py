@@ -14,8 +14,12 @@ to, or its routing key when that was the default exchange.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from amqp_server.wire.table import FieldTable
+
+if TYPE_CHECKING:  # for the types only: policies builds on dlx
+    from policies.effective import QueueSettings
 
 ORIG_ADDRESS = "_AMQ_ORIG_ADDRESS"
 ORIG_QUEUE = "_AMQ_ORIG_QUEUE"
@@ -36,7 +40,7 @@ class Target:
     auto_queue: tuple[str, str] | None = None
 
 
-def death_target(reason: str, queue: str, settings) -> Target:
+def death_target(reason: str, queue: str, settings: QueueSettings) -> Target:
     """`settings` is a queue's effective settings (policies.effective)."""
     if reason == "expired" and settings.expiry_address is not None:
         auto = settings.auto_create_expiry_resources
@@ -52,7 +56,7 @@ def death_target(reason: str, queue: str, settings) -> Target:
                               settings.dead_letter_queue_suffix) if auto else None)
 
 
-def auto_created_queue_unused(settings, consumers: int, messages: int,
+def auto_created_queue_unused(settings: QueueSettings, consumers: int, messages: int,
                               consumers_gone_for_ms: float | None) -> bool:
     """Artemis's auto-delete of a queue it auto-created (QueueManagerImpl):
     with `auto-delete-queues` on, no consumers, none for
