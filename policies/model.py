@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .plain_words import closest, did_you_mean, quoted, shown
-from .registry import BY_KEY, OPERATOR_KEYS
+from .registry import BY_KEY, OPERATOR_KEYS, OPERATOR_REPLACES
 
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
 _EXAMPLE = '{"max-length": 1000}'
@@ -162,6 +162,25 @@ def make_policy(vhost: str, name: str, pattern: object, definition: object,
             from None
     return Policy(vhost, name, pattern, validate_definition(definition, operator), priority,
                   apply_to, regex)
+
+
+def effective_definition(policy: Policy | None, operator: Policy | None) -> dict[str, Any]:
+    """What a queue's policy and operator policy set together, as the
+    management API shows it (rabbit_policy:effective_definition/1): each
+    key of either, and for a key of both the operator's merge from the
+    settings table (the smaller limit; the operator's overflow or
+    queue-version)."""
+    mine = policy.definition if policy is not None else {}
+    capped = operator.definition if operator is not None else {}
+    merged: dict[str, Any] = {}
+    for key in sorted({*mine, *capped}, key=lambda key: key.encode()):
+        if key not in capped:
+            merged[key] = mine[key]
+        elif key not in mine or BY_KEY[key].operator == OPERATOR_REPLACES:
+            merged[key] = capped[key]
+        else:
+            merged[key] = min(mine[key], capped[key])
+    return merged
 
 
 def _rank(policy: Policy) -> tuple[int, str]:

@@ -11,7 +11,13 @@ from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.wire.table import FieldTable
 from policies.effective import resolve
-from policies.model import PolicyError, make_policy, match_exchange, match_queue
+from policies.model import (
+    PolicyError,
+    effective_definition,
+    make_policy,
+    match_exchange,
+    match_queue,
+)
 from policies.store import PolicyStore
 
 
@@ -325,3 +331,17 @@ def test_an_in_memory_policy_caps_a_quorum_queue():
     broker.set_policy("/", "cap", ".*", {"max-in-memory-length": 0,
                                          "max-in-memory-bytes": 4096})
     assert queue.in_memory_cap == (1, 4096)  # at least one message stays in memory
+
+
+def test_the_effective_definition_merges_as_rabbit_policy_does():
+    """rabbit_policy:effective_definition/1: both policies' keys; for a key
+    of both, the smaller limit or the operator's overflow."""
+    user = make_policy("/", "p", ".*", {"max-length": 10, "overflow": "drop-head",
+                                        "dead-letter-exchange": "dlx"})
+    cap = make_policy("/", "cap", ".*", {"max-length": 5, "overflow": "reject-publish",
+                                         "message-ttl": 1000}, operator=True)
+    assert effective_definition(user, cap) == {
+        "dead-letter-exchange": "dlx", "max-length": 5, "message-ttl": 1000,
+        "overflow": "reject-publish"}
+    assert effective_definition(user, None) == user.definition
+    assert effective_definition(None, None) == {}
