@@ -112,6 +112,12 @@ def test_command_line_mistakes_are_named_with_a_near_miss(argv, error, capsys):
     assert (out, err) == ("", f"Error: {error}\n")
 
 
+def test_a_bad_port_in_the_environment_is_named(monkeypatch, capsys):
+    monkeypatch.setenv("AMQPCTL_PORT", "15672x")
+    assert ctl.main(["list_queues"]) == USAGE
+    assert capsys.readouterr().err == 'Error: AMQPCTL_PORT must be a port number, got "15672x"\n'
+
+
 def test_an_unknown_column_suggests_the_near_one(broker, capsys):
     code, _, err = run(broker, capsys, "list_queues", "name", "mesages")
     assert code == USAGE

@@ -41,8 +41,10 @@ def _global_options() -> _Parser:
     env = os.environ.get
     common = _Parser(add_help=False, allow_abbrev=False)
     common.add_argument("--host", default=env("AMQPCTL_HOST", "127.0.0.1"))
-    common.add_argument("--port", type=int, default=int(env("AMQPCTL_PORT", "15672")),
-                        help="the management API port")
+    port = env("AMQPCTL_PORT", "15672")
+    if not port.isdigit():
+        raise CtlError(f'AMQPCTL_PORT must be a port number, got "{port}"', EX_USAGE)
+    common.add_argument("--port", type=int, default=int(port), help="the management API port")
     common.add_argument("-u", "--username", "--user", dest="username",
                         default=env("AMQPCTL_USERNAME", "guest"))
     common.add_argument("--password", default=env("AMQPCTL_PASSWORD", "guest"))
