@@ -22,7 +22,6 @@ import hashlib
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from amqp_server.wire.table import FieldTable
 
@@ -162,7 +161,7 @@ FILTER_KEYS = ("reason", "original_queue", "original_exchange", "since", "until"
                "message_id", "body")
 
 
-def parse_filter(given: Mapping[str, Any]) -> Filter:
+def parse_filter(given: Mapping[str, object]) -> Filter:
     """A filter from query parameters or a JSON object; ValueError names
     the bad field.  Empty strings mean "not set", as an empty form field."""
     unknown = sorted(set(given) - set(FILTER_KEYS))
