@@ -5,11 +5,17 @@ from __future__ import annotations
 import re
 import socket
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
-from policies.address_settings import AddressSettings, parse as parse_address_settings
+from policies.address_settings import AddressSettings
+from policies.address_settings import parse as parse_address_settings
 from policies.model import PolicyError
+from policies.plain_words import closest
+from policies.plain_words import quoted as _quoted
+from policies.plain_words import shown as _shown
 
 
 class ConfigError(ValueError):
@@ -110,63 +116,116 @@ class BrokerConfig:
     address_settings: AddressSettings = field(default_factory=AddressSettings)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":
-        values: dict = {}
+    def load(cls, path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
+        """Embedded defaults, then the TOML file at `path`, then `overrides`
+        (flags and keyword arguments, None meaning not given).  A key is
+        spelled with `_` or `-`; ConfigError says what is wrong in plain
+        words, with a "did you mean" for a near miss."""
+        # field -> (value, the key as written, where: the file, or None for a flag)
+        values: dict[str, tuple[Any, str, str | None]] = {}
+        address_settings = None
         if path is not None:
-            try:
-                with open(path, "rb") as handle:
-                    raw = tomllib.load(handle)
-            except FileNotFoundError as exc:
-                raise ConfigError(f"config file not found: {path}") from exc
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-            values.update(_flatten(raw.get("broker", raw)))
-            tables = raw.get("address-settings", raw.get("broker", {}).get("address-settings"))
+            raw = _read(path)
+            where = f"config file {path}"
+            for table in raw:
+                if isinstance(raw[table], dict) and table not in _TABLES:
+                    raise ConfigError(f"{where}: unknown table [{table}]"
+                                      f"{_did_you_mean(table, _TABLES, '[{}]')}")
+            broker = raw.get("broker", {})
+            for section in (raw, broker):
+                for key, value in section.items():
+                    if not isinstance(value, dict):
+                        values[_field_name(key, where)] = (value, key, where)
+            tables = raw.get("address-settings", broker.get("address-settings"))
             if tables is not None:
                 try:
-                    values["address_settings"] = parse_address_settings(tables)
+                    address_settings = parse_address_settings(tables)
                 except PolicyError as exc:
-                    raise ConfigError(f"config file {path}: {exc}") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+                    raise ConfigError(f"{where}: {exc.plain}") from None
+        for key, value in overrides.items():
+            if value is not None:
+                values[_field_name(key, None)] = (value, key, None)
         config = cls()
-        for key, value in values.items():
-            expected = type(getattr(config, key))
-            if key in _SIZE_KEYS and isinstance(value, str):
-                value = parse_size(key, value)
-            if expected is float and isinstance(value, int):
-                value = float(value)
-            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-                raise ConfigError(
-                    f"config key {key!r} must be {expected.__name__}, got {value!r}")
-            setattr(config, key, value)
-        if not all(isinstance(name, str) for name in config.loopback_users):
-            raise ConfigError("config key 'loopback_users' must be a list of user names, "
-                              f"got {config.loopback_users!r}")
-        if config.consumer_timeout < -1:
-            raise ConfigError("config key 'consumer_timeout' must be -1 (off) or a number "
-                              f"of milliseconds, got {config.consumer_timeout}")
-        if config.max_redelivery_records < -1:
-            raise ConfigError("config key 'max_redelivery_records' must be -1 or more, "
-                              f"got {config.max_redelivery_records}")
-        if not 0 < config.max_message_size <= _MAX_MESSAGE_SIZE_LIMIT:
-            raise ConfigError("config key 'max_message_size' must be between 1 and "
-                              f"{_MAX_MESSAGE_SIZE_LIMIT}, got {config.max_message_size}")
-        if not 0 <= config.vm_memory_high_watermark <= 1:
-            raise ConfigError("config key 'vm_memory_high_watermark' must be a fraction "
-                              f"between 0 and 1, got {config.vm_memory_high_watermark}")
-        for key in ("tls_verify_peer", "tls_fail_if_no_peer_cert"):
-            if getattr(config, key) and not config.tls_cacertfile:
-                raise ConfigError(f"config key {key!r} needs 'tls_cacertfile'")
-        if bool(config.tls_certfile) != bool(config.tls_keyfile):
-            raise ConfigError("config keys 'tls_certfile' and 'tls_keyfile' go together")
-        if config.policy_precedence not in ("argument", "policy"):
-            raise ConfigError("config key 'policy_precedence' must be \"argument\" or "
-                              f"\"policy\", got {config.policy_precedence!r}")
+        for name, (value, written, where_set) in values.items():
+            try:
+                value = _checked(name, written, value, type(getattr(config, name)))
+            except ConfigError as exc:
+                raise ConfigError(f"{where_set}: {exc}" if where_set else str(exc)) from None
+            setattr(config, name, value)
+        if address_settings is not None:
+            config.address_settings = address_settings
+        config._check_together()
         return config
+
+    def _check_together(self) -> None:
+        """What a key's type alone does not say, or what two keys say together."""
+        if not all(isinstance(name, str) for name in self.loopback_users):
+            raise ConfigError("loopback_users must be a list of user names, "
+                              f"got {_shown(self.loopback_users)}")
+        if self.consumer_timeout < -1:
+            raise ConfigError("consumer_timeout must be -1 (off) or a number of "
+                              f"milliseconds, got {self.consumer_timeout}")
+        if self.max_redelivery_records < -1:
+            raise ConfigError("max_redelivery_records must be -1 (no limit) or more, "
+                              f"got {self.max_redelivery_records}")
+        if not 0 < self.max_message_size <= _MAX_MESSAGE_SIZE_LIMIT:
+            raise ConfigError("max_message_size must be between 1 and "
+                              f"{_MAX_MESSAGE_SIZE_LIMIT}, got {self.max_message_size}")
+        if not 0 <= self.vm_memory_high_watermark <= 1:
+            raise ConfigError("vm_memory_high_watermark must be a fraction between 0 and 1, "
+                              f"got {self.vm_memory_high_watermark}")
+        for key in ("tls_verify_peer", "tls_fail_if_no_peer_cert"):
+            if getattr(self, key) and not self.tls_cacertfile:
+                raise ConfigError(f"{key} needs tls_cacertfile (the CA that signs client "
+                                  "certificates)")
+        if bool(self.tls_certfile) != bool(self.tls_keyfile):
+            raise ConfigError("tls_certfile and tls_keyfile go together: give both or neither")
+        self.log_level = self.log_level.lower()  # as logging takes it: WARNING or warning
+        for key, choices in _CHOICES.items():
+            value = getattr(self, key)
+            if value not in choices:
+                raise ConfigError(f"{key} must be one of {_quoted(choices)}, got {_shown(value)}"
+                                  f"{_did_you_mean(str(value), choices)}")
+
+
+def _read(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"config file {path} is a directory") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def _field_name(key: str, where: str | None) -> str:
+    """The BrokerConfig field a key names (`-` or `_`), or ConfigError."""
+    name = key.replace("-", "_")
+    if name in _FIELDS:
+        return name
+    spelled = [f.replace("_", "-") for f in _FIELDS] if "-" in key else list(_FIELDS)
+    hint = _did_you_mean(key, spelled)
+    if where is None:
+        raise ConfigError(f'unknown config key "{key}"{hint}')
+    raise ConfigError(f'{where}: unknown key "{key}"{hint}')
+
+
+def _checked(name: str, written: str, value: Any, expected: type) -> Any:
+    if name in _SIZE_KEYS and isinstance(value, str):
+        value = parse_size(written, value)
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"{written} must be {_KINDS.get(expected, expected.__name__)}, "
+                          f"got {_shown(value)}")
+    return value
+
+
+def _did_you_mean(word: str, choices: Iterable[str], form: str = '"{}"') -> str:
+    match = closest(word, choices)
+    return f"; did you mean {form.format(match)}?" if match is not None else ""
 
 
 _SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size",
@@ -182,12 +241,19 @@ def parse_size(key: str, text: str) -> int:
     """'2GB', '512MiB' or '1000000' as bytes, as RabbitMQ reads sizes."""
     match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"config key {key!r} must be a size such as 1000000, '512MiB' "
-                          f"or '2GB', got {text!r}")
+        unit = match.group(2) if match is not None else ""
+        hint = _did_you_mean(unit, _UNIT_NAMES) if unit else ""
+        raise ConfigError(f'{key} must be a size such as 1000000, "512MiB" or "2GB", '
+                          f"got {_shown(text)}{hint}")
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
-def _flatten(raw: dict) -> dict:
-    # Only scalar keys belong to the broker section; tables (such as the
-    # address settings of later features) are read by their own owners.
-    return {k.replace("-", "_"): v for k, v in raw.items() if not isinstance(v, dict)}
+_FIELDS = {f.name for f in fields(BrokerConfig)}
+# The tables a config file may hold: scalar keys at the top or in [broker],
+# and the Artemis address settings.
+_TABLES = ("broker", "address-settings")
+_KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false",
+          list: "a list"}
+_CHOICES = {"policy_precedence": ("argument", "policy"),
+            "log_level": ("debug", "info", "warning", "error", "critical")}
+_UNIT_NAMES = ("kB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")

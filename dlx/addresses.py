@@ -14,6 +14,7 @@ to, or its routing key when that was the default exchange.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from amqp_server.wire.table import FieldTable
 
@@ -36,7 +37,39 @@ class Target:
     auto_queue: tuple[str, str] | None = None
 
 
-def death_target(reason: str, queue: str, settings) -> Target:
+class DeathSettings(Protocol):
+    """What these rules read of a queue's effective settings
+    (policies.effective.QueueSettings, which builds on dlx)."""
+
+    @property
+    def dead_letter_exchange(self) -> str | None: ...
+    @property
+    def dead_letter_routing_key(self) -> str | None: ...
+    @property
+    def qpid_dlq_enabled(self) -> bool: ...
+    @property
+    def auto_create_dead_letter_resources(self) -> bool: ...
+    @property
+    def dead_letter_queue_prefix(self) -> str: ...
+    @property
+    def dead_letter_queue_suffix(self) -> str: ...
+    @property
+    def expiry_address(self) -> str | None: ...
+    @property
+    def auto_create_expiry_resources(self) -> bool: ...
+    @property
+    def expiry_queue_prefix(self) -> str: ...
+    @property
+    def expiry_queue_suffix(self) -> str: ...
+    @property
+    def auto_delete_queues(self) -> bool: ...
+    @property
+    def auto_delete_queues_delay(self) -> int: ...
+    @property
+    def auto_delete_queues_message_count(self) -> int: ...
+
+
+def death_target(reason: str, queue: str, settings: DeathSettings) -> Target:
     """`settings` is a queue's effective settings (policies.effective)."""
     if reason == "expired" and settings.expiry_address is not None:
         auto = settings.auto_create_expiry_resources
@@ -52,7 +85,7 @@ def death_target(reason: str, queue: str, settings) -> Target:
                               settings.dead_letter_queue_suffix) if auto else None)
 
 
-def auto_created_queue_unused(settings, consumers: int, messages: int,
+def auto_created_queue_unused(settings: DeathSettings, consumers: int, messages: int,
                               consumers_gone_for_ms: float | None) -> bool:
     """Artemis's auto-delete of a queue it auto-created (QueueManagerImpl):
     with `auto-delete-queues` on, no consumers, none for

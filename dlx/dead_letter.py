@@ -102,7 +102,8 @@ def split_cycles(reason: str, history: DeathHistory,
     takes."""
     if reason == "rejected":
         return list(queue_names), []
-    keep, cycling = [], []
+    keep: list[str] = []
+    cycling: list[str] = []
     for name in queue_names:
         (cycling if is_cycle(history, name) else keep).append(name)
     return keep, cycling

@@ -151,7 +151,7 @@ def render_headers(headers: FieldTable | None, history: DeathHistory) -> FieldTa
     return out
 
 
-def _set(table: FieldTable, key: str, value, type_name: str) -> None:
+def _set(table: FieldTable, key: str, value: object, type_name: str) -> None:
     table[key] = value
     table.types[key] = type_name
 
@@ -176,7 +176,7 @@ def history_from_headers(headers: FieldTable | None) -> DeathHistory:
     return DeathHistory(tuple(deaths), first, last)
 
 
-def _death_from_table(entry) -> Death | None:
+def _death_from_table(entry: object) -> Death | None:
     if not isinstance(entry, dict):
         return None
     try:
@@ -201,10 +201,11 @@ def _triple(headers: FieldTable, prefix: str) -> tuple[str, str, str] | None:
     values = [headers.get(f"{prefix}-{suffix}") for suffix in ("reason", "queue", "exchange")]
     if any(value is None for value in values):
         return None
-    return tuple(_text(value) for value in values)
+    reason, queue, exchange = (_text(value) for value in values)
+    return reason, queue, exchange
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return str(value)

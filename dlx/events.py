@@ -14,6 +14,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .deaths import DeathHistory
 
 # (name, type): "long", "string", "boolean", "strings" (list of string),
 # "string_map" (string -> JSON string), "deaths" (list of death structs)
@@ -61,32 +66,32 @@ DEATH_HEADERS = frozenset({"x-death", "x-first-death-reason", "x-first-death-que
                            "x-last-death-queue", "x-last-death-exchange"})
 
 
-def json_value(value) -> str:
+def json_value(value: object) -> str:
     """An AMQP field value as a JSON string (bytes as base64 text)."""
     return json.dumps(value, default=_fallback, separators=(",", ":"), ensure_ascii=False)
 
 
-def _fallback(value):
+def _fallback(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(bytes(value)).decode()
     if hasattr(value, "isoformat"):
-        return value.isoformat()
+        return str(value.isoformat())
     return str(value)
 
 
-def deaths_json(history) -> list[dict]:
+def deaths_json(history: DeathHistory) -> list[dict[str, Any]]:
     return [{"queue": d.queue, "reason": d.reason, "count": d.count, "time": d.time * 1_000_000,
              "exchange": d.exchange, "routing_keys": list(d.routing_keys),
              "original_expiration": d.original_expiration} for d in history.deaths]
 
 
-def body_fields(body: bytes, limit: int) -> dict:
+def body_fields(body: bytes, limit: int) -> dict[str, Any]:
     keep = len(body) <= limit
     return {"body_size": len(body), "body_sha256": hashlib.sha256(body).hexdigest(),
             "body": base64.b64encode(body).decode() if keep else None,
             "body_included": keep}
 
 
-def string_map(table) -> dict[str, str]:
+def string_map(table: Mapping[str, object] | None) -> dict[str, str]:
     return {str(key): json_value(value) for key, value in (table or {}).items()
             if key not in DEATH_HEADERS}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from amqp_server.wire.table import FieldTable
@@ -46,7 +47,7 @@ def named_like_dead_letters(name: str) -> bool:
     return name.endswith(DEAD_LETTER_SUFFIXES) or name.startswith(DEAD_LETTER_PREFIXES)
 
 
-def is_dead_letter(headers) -> bool:
+def is_dead_letter(headers: FieldTable | None) -> bool:
     """The message died at least once, RabbitMQ's way or Artemis's."""
     if not headers:
         return False
@@ -74,7 +75,8 @@ def first_death(history: DeathHistory) -> Death | None:
     return history.deaths[-1]
 
 
-def origin_of(headers, routing_key: str, exchanges) -> Origin | None:
+def origin_of(headers: FieldTable | None, routing_key: str,
+              exchanges: Collection[str]) -> Origin | None:
     """Where the message came from, or None when nothing says.
 
     `exchanges`: the names of the exchanges that exist, to tell an
@@ -85,7 +87,7 @@ def origin_of(headers, routing_key: str, exchanges) -> Origin | None:
     death = first_death(history)
     if death is not None and death.routing_keys:
         return Origin(death.exchange, death.routing_keys, FROM_X_DEATH)
-    address = _text((headers or {}).get(ORIG_ADDRESS))
+    address = _text(headers.get(ORIG_ADDRESS) if headers else None)
     if address:
         if address in exchanges:
             return Origin(address, (routing_key,), FROM_ADDRESS)
@@ -122,13 +124,13 @@ class Facts:
     message_id: str | None
 
 
-def facts_of(headers, message_id: str | None) -> Facts:
+def facts_of(headers: FieldTable | None, message_id: str | None) -> Facts:
     history = history_from_headers(headers)
-    headers = headers or {}
+    table: Mapping[str, object] = headers or {}
     first = first_death(history)
     latest = history.deaths[0] if history.deaths else None
-    original_queue = first.queue if first else _text(headers.get(ORIG_QUEUE)) or None
-    original_exchange = first.exchange if first else _text(headers.get(ORIG_ADDRESS)) or None
+    original_queue = first.queue if first else _text(table.get(ORIG_QUEUE)) or None
+    original_exchange = first.exchange if first else _text(table.get(ORIG_ADDRESS)) or None
     return Facts(
         reason=latest.reason if latest else None,
         original_queue=original_queue,
@@ -181,7 +183,7 @@ FILTER_KEYS = ("reason", "original_queue", "original_exchange", "since", "until"
                "message_id", "body")
 
 
-def parse_filter(given: dict) -> Filter:
+def parse_filter(given: Mapping[str, object]) -> Filter:
     """A filter from query parameters or a JSON object; ValueError names
     the bad field.  Empty strings mean "not set", as an empty form field."""
     unknown = sorted(set(given) - set(FILTER_KEYS))
@@ -207,7 +209,7 @@ def parse_filter(given: dict) -> Filter:
         body_contains=str(body).encode("utf-8") if body is not None else None)
 
 
-def parse_time(value, name: str) -> int:
+def parse_time(value: object, name: str) -> int:
     """Seconds since the epoch from an integer or ISO 8601 (UTC unless it
     says otherwise)."""
     if isinstance(value, int):
@@ -277,11 +279,11 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _optional_text(value) -> str | None:
+def _optional_text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, (bytes, bytearray)):

@@ -17,7 +17,7 @@ import pytest
 from pamqp import commands as spec
 
 from policies import ctl
-from policies.ctl_runtime import CONNECTION_COLUMNS, CONSUMER_COLUMNS
+from policies.ctl.runtime import CONNECTION_COLUMNS, CONSUMER_COLUMNS
 
 from .rawclient import RawClient
 from .test_management import http
@@ -171,7 +171,7 @@ def test_an_unknown_column_is_refused_naming_it_and_the_valid_ones(broker, clien
                                                                   verb):
     code, lines, err = run(broker, capsys, verb, "bogus")
     assert code == ctl.EX_USAGE and lines == []
-    assert err.startswith(f"Error: {verb}: unknown column(s) bogus; valid columns: ")
+    assert err.startswith(f'Error: {verb}: unknown column "bogus"; valid columns: ')
     valid = err.split("valid columns: ", 1)[1].strip().split(", ")
     code, lines, _ = run(broker, capsys, verb, "--formatter", "json", *valid)
     assert code == 0
@@ -221,7 +221,7 @@ def test_the_installed_command_runs(broker):
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == ctl.EX_USAGE and done.stdout == ""
     assert "Traceback" not in done.stderr
-    assert done.stderr.startswith("Error: list_connections: unknown column(s) nope; ")
+    assert done.stderr.startswith('Error: list_connections: unknown column "nope"; ')
     done = subprocess.run(
         [sys.executable, "-m", "policies.ctl", "--port", str(broker.port), "status"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,

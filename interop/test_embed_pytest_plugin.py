@@ -257,7 +257,7 @@ def test_mistakes_in_markers_and_ini_options_are_named(pytester):
         "'name'*",
         "*amqp_broker: cannot set up queue 'q': PRECONDITION_FAILED - *x-max-length*",
         "*amqp_broker: cannot set up policy 'p': <<\"many\">> is not a valid maximum length*",
-        "*amqp_broker: the broker could not start: unknown config keys: no_such_key*",
+        "*amqp_broker: the broker could not start: unknown config key \"no_such_key\"*",
     ], consecutive=False)
     pytester.makeini(INI.format(scope="class", extra=""))
     wrong = pytester.runpytest()

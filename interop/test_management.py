@@ -146,9 +146,10 @@ def test_policy_through_amqpctl_drives_live_dead_lettering(broker, channel, caps
 
 def test_amqpctl_errors(broker, capsys):
     assert amqpctl(broker, "set_policy", "p", ".*", "{not json") == ctl.EX_DATAERR
-    assert "could not parse JSON" in capsys.readouterr().err
+    assert "the definition is not valid JSON" in capsys.readouterr().err
     assert amqpctl(broker, "set_policy", "p", ".*", '{"message-ttl": -5}') == ctl.EX_DATAERR
-    assert "-5 is not a valid message TTL" in capsys.readouterr().err
+    assert "message-ttl must be a whole number of milliseconds, 0 or more, got -5" \
+        in capsys.readouterr().err
     assert amqpctl(broker, "clear_policy", "never") == ctl.EX_DATAERR
     assert "policy 'never' not found in vhost '/'" in capsys.readouterr().err
     assert ctl.main(["--port", str(broker.server.management.port), "--password", "wrong",

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
-from .model import PolicyError, erlang_term
+from .model import PolicyError, unknown_keys_problem, value_problem
 from .registry import BY_KEY
 
-# Keys a table may carry: every queue setting (not the queue type, which
-# only a declaration chooses).
-ALLOWED = tuple(key for key, setting in BY_KEY.items() if setting.target == "queue")
+# Keys a table may carry: the settings table's `address` column.
+ALLOWED = tuple(key for key, setting in BY_KEY.items() if setting.address)
 
 
 def wildcard_match(pattern: str, name: str) -> bool:
@@ -38,7 +38,7 @@ def _match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
     return (head == "*" or head == words[0]) and _match(rest, words[1:])
 
 
-def specificity(pattern: str) -> tuple:
+def specificity(pattern: str) -> tuple[bool, bool, int, str]:
     """Sort key, most specific first."""
     words = pattern.split(".")
     return ("#" in words, "*" in words, -len(pattern), pattern)
@@ -46,11 +46,12 @@ def specificity(pattern: str) -> tuple:
 
 @dataclass(frozen=True)
 class AddressSettings:
-    tables: tuple[tuple[str, dict], ...] = ()  # (pattern, settings), most specific first
+    # (pattern, settings), most specific first
+    tables: tuple[tuple[str, dict[str, Any]], ...] = ()
 
-    def match(self, name: str) -> dict:
+    def match(self, name: str) -> dict[str, Any]:
         """The merged settings for a queue called `name`."""
-        merged: dict = {}
+        merged: dict[str, Any] = {}
         for pattern, table in self.tables:
             if wildcard_match(pattern, name):
                 for key, value in table.items():
@@ -61,24 +62,24 @@ class AddressSettings:
         return bool(self.tables)
 
 
-def parse(raw: dict) -> AddressSettings:
-    """Validate the TOML tables; PolicyError says what is wrong and where."""
+def parse(raw: object) -> AddressSettings:
+    """Validate the TOML tables; PolicyError says in plain words what is
+    wrong and where (str() and `plain` alike: no RabbitMQ reads these)."""
     if not isinstance(raw, dict):
-        raise PolicyError("address-settings must be a table of tables")
+        raise PolicyError("address-settings must be a table of tables, such as "
+                          '[address-settings."orders.#"]')
     tables = []
     for pattern, table in raw.items():
         where = f'[address-settings."{pattern}"]'
         if not isinstance(table, dict):
-            raise PolicyError(f"{where} must be a table")
-        unknown = sorted(key for key in table if key not in ALLOWED)
+            raise PolicyError(f"{where} must be a table of settings, got {table!r}")
+        unknown = [key for key in table if key not in ALLOWED]
         if unknown:
-            raise PolicyError(f"{where}: unknown settings {', '.join(unknown)}; "
-                              f"known: {', '.join(ALLOWED)}")
+            raise PolicyError(f"{where}: {unknown_keys_problem(unknown, ALLOWED, 'setting')}")
         for key, value in table.items():
-            setting = BY_KEY[key]
-            if not setting.policy_valid(value):
-                raise PolicyError(f"{where}: {key} = {erlang_term(value)} "
-                                  f"{setting.policy_error}")
+            problem = value_problem(key, value)
+            if problem is not None:
+                raise PolicyError(f"{where}: {problem}")
         tables.append((pattern, dict(table)))
     tables.sort(key=lambda item: specificity(item[0]))
     return AddressSettings(tuple(tables))

@@ -2,75 +2,85 @@
 settings of the broker's config and its operator policy (DESIGN.md,
 "Effective settings of a queue").
 
-Per key, as rabbit_policies.erl merges them: for the dead-letter keys and
-`overflow` an argument beats the policy; for numeric limits the smaller value
-wins; an operator policy can only lower a numeric limit.  Address settings
-fill in what neither the arguments nor the policy set; the Artemis settings
-take the first layer that sets them.
+Per key, as settings_table.py says and RabbitMQ merges them: for the
+dead-letter keys, `overflow`, `queue-mode` and `queue-version` an argument
+beats the policy; for numeric limits the smaller value wins; an operator
+policy lowers a numeric limit, and its `overflow` or `queue-version`
+replaces the user policy's (rabbit_policies:merge_policy_value/3).  Address
+settings fill in what neither the arguments nor the policy set; the Artemis
+settings take the first layer that sets them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from amqp_server.wire.table import FieldTable
-
-from dlx.expiry import DISABLED, clamps
+from dlx.expiry import clamps
 from dlx.limits import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
-from dlx.redelivery import ARTEMIS_MAX_DELIVERY_ATTEMPTS, UNLIMITED, Redelivery
+from dlx.redelivery import ARTEMIS_MAX_DELIVERY_ATTEMPTS, Redelivery
 
-from .registry import (
-    ARGUMENT_WINS,
-    QPID_DLQ_ENABLED,
-    QPID_MAX_DELIVERY_COUNT,
-    QUEUE_SETTINGS,
+from .checks import qpid_flag
+from .settings_table import (
+    AT_LEAST_ONCE,
+    AT_MOST_ONCE,
+    OPERATOR_REPLACES,
+    SETTINGS,
     SMALLER_WINS,
-    qpid_flag,
-    queue_type_of,
+    Setting,
 )
 
-AT_MOST_ONCE = "at-most-once"
-AT_LEAST_ONCE = "at-least-once"
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "DEFAULTS", "QueueSettings", "resolve"]
 
 
 @dataclass(frozen=True)
 class QueueSettings:
-    queue_type: str = "classic"
-    dead_letter_exchange: str | None = None
-    dead_letter_routing_key: str | None = None
-    dead_letter_strategy: str = AT_MOST_ONCE
-    overflow: str = DROP_HEAD
-    message_ttl: int | None = None
-    expires: int | None = None
-    max_length: int | None = None
-    max_length_bytes: int | None = None
-    delivery_limit: int | None = None
+    """One field per setting of the table (settings_table.py), which also
+    gives each its default (DEFAULTS)."""
+    expires: int | None
+    message_ttl: int | None
+    dead_letter_exchange: str | None
+    dead_letter_routing_key: str | None
+    dead_letter_strategy: str
+    max_length: int | None
+    max_length_bytes: int | None
+    max_in_memory_length: int | None
+    max_in_memory_bytes: int | None
+    max_priority: int | None
+    overflow: str
+    queue_mode: str
+    queue_version: int | None
+    single_active_consumer: bool
+    queue_type: str
+    delivery_limit: int | None
     # ms a delivery may stay unacknowledged; any type (x-consumer-timeout
     # is not checked), enforced only when an integer.
-    consumer_timeout: object = None
+    consumer_timeout: object
     # ActiveMQ Artemis
-    redelivery_delay: int = 0
-    redelivery_delay_multiplier: float = 1.0
-    max_redelivery_delay: int | None = None
-    redelivery_collision_avoidance_factor: float = 0.0
-    max_delivery_attempts: int = UNLIMITED
-    auto_create_dead_letter_resources: bool = False
-    dead_letter_queue_prefix: str = "DLQ."
-    dead_letter_queue_suffix: str = ""
-    expiry_address: str | None = None
-    expiry_delay: int = DISABLED
-    min_expiry_delay: int = DISABLED
-    max_expiry_delay: int = DISABLED
-    auto_create_expiry_resources: bool = False
+    redelivery_delay: int
+    redelivery_delay_multiplier: float
+    max_redelivery_delay: int | None
+    redelivery_collision_avoidance_factor: float
+    max_delivery_attempts: int
+    auto_create_dead_letter_resources: bool
+    dead_letter_queue_prefix: str
+    dead_letter_queue_suffix: str
+    expiry_address: str | None
+    expiry_delay: int
+    min_expiry_delay: int
+    max_expiry_delay: int
+    auto_create_expiry_resources: bool
+    expiry_queue_prefix: str
+    expiry_queue_suffix: str
     # for the queues those auto-create: deleted when unused (dlx/addresses.py)
-    auto_delete_queues: bool = True
-    auto_delete_queues_delay: int = 0
-    auto_delete_queues_message_count: int = 0
-    expiry_queue_prefix: str = "EXP."
-    expiry_queue_suffix: str = ""
+    auto_delete_queues: bool
+    auto_delete_queues_delay: int
+    auto_delete_queues_message_count: int
     # Qpid
-    qpid_maximum_delivery_count: int | None = None
-    qpid_dlq_enabled: bool = False
+    qpid_maximum_delivery_count: int | None
+    qpid_dlq_enabled: bool
 
     @property
     def redelivery(self) -> Redelivery:
@@ -103,88 +113,95 @@ class QueueSettings:
         return self.max_length is not None or self.max_length_bytes is not None
 
 
-_KNOWN = {f.name for f in fields(QueueSettings)}
-# Each setting with its other names (dead-letter-address for the DLX).
-_NAMES = {s.key: [s] for s in QUEUE_SETTINGS if s.alias_of is None and s.field in _KNOWN}
-for _alias in QUEUE_SETTINGS:
-    if _alias.alias_of is not None:
-        _NAMES[_alias.alias_of].append(_alias)
-# Any of a setting's names, as an argument or as a key, -> the setting's names.
-_BY_ARGUMENT = {s.argument: names for names in _NAMES.values() for s in names if s.argument}
-_BY_KEY = {s.key: names for names in _NAMES.values() for s in names}
+# Each setting's rows, its own first (dead-letter-address follows the DLX).
+_GROUPS: dict[str, tuple[Setting, ...]] = {}
+for _row in SETTINGS:
+    if _row.field is not None:
+        _GROUPS[_row.field] = (*_GROUPS.get(_row.field, ()), _row)
+DEFAULTS: dict[str, Any] = {field: rows[0].default for field, rows in _GROUPS.items()}
+# Any of a setting's names, as an argument or as a key, -> the setting's rows.
+_BY_ARGUMENT = {s.argument: rows for rows in _GROUPS.values() for s in rows if s.argument}
+_BY_KEY = {s.key: rows for rows in _GROUPS.values() for s in rows
+           if s.key and s.target == "queue"}
 
 
-def _layer(names, lookup):
+def _layer(rows: tuple[Setting, ...], lookup: Callable[[Setting], object]) -> object:
     """The value a layer gives under any of a setting's names."""
-    for setting in names:
+    for setting in rows:
         value = lookup(setting)
         if value is not None:
             return _plain(value)
     return None
 
 
-def _named(arguments, policy, operator_policy, address) -> list:
-    """The settings that some layer names, in registry order: only those
+def _named(arguments: Mapping[str, object], *layers: Mapping[str, object]) \
+        -> list[tuple[str, tuple[Setting, ...]]]:
+    """The settings that some layer names, in table order: only those
     need merging (most queues name none or a few)."""
-    wanted = {id(names) for names in map(_BY_ARGUMENT.get, arguments) if names}
-    for layer in (policy, operator_policy, address):
-        wanted.update(id(names) for names in map(_BY_KEY.get, layer) if names)
-    return [names for names in _NAMES.values() if id(names) in wanted]
+    wanted = {id(rows) for rows in map(_BY_ARGUMENT.get, arguments) if rows}
+    for layer in layers:
+        wanted.update(id(rows) for rows in map(_BY_KEY.get, layer) if rows)
+    return [(field, rows) for field, rows in _GROUPS.items() if id(rows) in wanted]
 
 
-def resolve(arguments: FieldTable | None, policy: dict | None = None,
-            operator_policy: dict | None = None, policy_wins: bool = False,
-            address_settings: dict | None = None) -> QueueSettings:
-    """`policy_wins` flips the argument-first keys for sites that want
-    central control (config `policy_precedence = "policy"`);
+def resolve(arguments: FieldTable | None, policy: Mapping[str, object] | None = None,
+            operator_policy: Mapping[str, object] | None = None, policy_wins: bool = False,
+            address_settings: Mapping[str, object] | None = None) -> QueueSettings:
+    """`policy_wins` flips the argument-first keys that allow it for sites
+    that want central control (config `policy_precedence = "policy"`);
     `address_settings` is the merged `[address-settings]` match for the queue."""
-    arguments = arguments or FieldTable()
-    policy = policy or {}
-    operator_policy = operator_policy or {}
-    address = address_settings or {}
-    values: dict = {"queue_type": queue_type_of(arguments)}
-    for names in _named(arguments, policy, operator_policy, address):
-        setting = names[0]
-        argument = _layer(names, lambda s: arguments.get(s.argument) if s.argument else None)
-        from_policy = _layer(names, lambda s: policy.get(s.key))
+    args: Mapping[str, object] = arguments or FieldTable()
+    user: Mapping[str, object] = policy or {}
+    operator: Mapping[str, object] = operator_policy or {}
+    address: Mapping[str, object] = address_settings or {}
+    values: dict[str, Any] = {}
+    for field, rows in _named(args, user, operator, address):
+        setting = rows[0]
+        argument = _layer(rows, lambda s: args.get(s.argument) if s.argument else None)
+        from_policy = _layer(rows, lambda s: user.get(s.key) if s.key else None)
+        capped = _layer(rows, lambda s: operator.get(s.key) if s.key and s.operator else None)
+        if setting.operator == OPERATOR_REPLACES and capped is not None:
+            from_policy = capped  # rabbit_policies:merge_policy_value/3
         if setting.merge == SMALLER_WINS:
             value = _smaller(argument, from_policy)
-        elif setting.merge == ARGUMENT_WINS and policy_wins:
+        elif policy_wins and setting.policy_may_win:
             value = _first(from_policy, argument)
         else:
             value = _first(argument, from_policy)
         if value is None:
-            value = _layer(names, lambda s: address.get(s.key))
-        if setting.merge == SMALLER_WINS:
-            value = _smaller(value, _plain(operator_policy.get(setting.key)))
+            value = _layer(rows, lambda s: address.get(s.key) if s.key and s.address else None)
+        if setting.operator == SMALLER_WINS:
+            value = _smaller(value, capped)
         if value is not None:
-            values[setting.field] = value
+            values[field] = value
     if address and "max_delivery_attempts" not in values:
         values["max_delivery_attempts"] = ARTEMIS_MAX_DELIVERY_ATTEMPTS
-    qpid_count = _plain(arguments.get(QPID_MAX_DELIVERY_COUNT))
-    if qpid_count:  # 0 is Qpid's "no limit"
-        values["qpid_maximum_delivery_count"] = qpid_count
-    if QPID_DLQ_ENABLED in arguments:
-        values["qpid_dlq_enabled"] = qpid_flag(_plain(arguments[QPID_DLQ_ENABLED]))
+    if not values.get("qpid_maximum_delivery_count", 1):
+        del values["qpid_maximum_delivery_count"]  # 0 is Qpid's "no limit"
+    if "qpid_dlq_enabled" in values:
+        values["qpid_dlq_enabled"] = qpid_flag(values["qpid_dlq_enabled"])
+    if "single_active_consumer" in values:
+        # rabbit_quorum_queue:single_active_consumer_on/1: {bool, true} only
+        values["single_active_consumer"] = values["single_active_consumer"] is True
     if values.get("dead_letter_exchange") is None:
         # A routing key or strategy without an exchange does nothing (3.13 logs it).
         values.pop("dead_letter_routing_key", None)
-    if values["queue_type"] == "quorum" and values.get("overflow") == REJECT_PUBLISH_DLX:
+    if values.get("queue_type") == "quorum" and values.get("overflow") == REJECT_PUBLISH_DLX:
         values["overflow"] = DROP_HEAD  # quorum queues do not support it (3.13 warns)
-    return QueueSettings(**values)
+    return QueueSettings(**{**DEFAULTS, **values})
 
 
-def _plain(value):
+def _plain(value: object) -> object:
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return value
 
 
-def _first(a, b):
+def _first(a: object, b: object) -> object:
     return a if a is not None else b
 
 
-def _smaller(a, b):
+def _smaller(a: object, b: object) -> object:
     """erlang:min: a number sorts before any other term (an unchecked
     argument may be a string)."""
     if a is None:
@@ -196,5 +213,6 @@ def _smaller(a, b):
     return a if _is_number(a) or not _is_number(b) else b
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+

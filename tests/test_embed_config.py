@@ -34,7 +34,7 @@ def test_a_config_comes_from_an_object_a_toml_file_or_keys(tmp_path):
 
 
 def test_a_config_that_cannot_be_used_says_why(tmp_path):
-    with pytest.raises(ConfigError, match="unknown config keys: bogus"):
+    with pytest.raises(ConfigError, match='unknown config key "bogus"'):
         load_config({"bogus": 1})
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "missing.toml")

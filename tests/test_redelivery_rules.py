@@ -183,9 +183,10 @@ def test_more_specific_address_settings_win_key_by_key():
 
 
 @pytest.mark.parametrize("raw, text", [
-    ({"q": {"redelivery-delay": -5}}, "redelivery-delay = -5 is not a valid redelivery delay"),
-    ({"q": {"redelivery-collision-avoidance-factor": 1.5}}, "(0.0 to 1.0)"),
-    ({"q": {"colour": "red"}}, "unknown settings colour"),
+    ({"q": {"redelivery-delay": -5}},
+     "redelivery-delay must be a whole number of milliseconds, 0 or more, got -5"),
+    ({"q": {"redelivery-collision-avoidance-factor": 1.5}}, "a number from 0.0 to 1.0, got 1.5"),
+    ({"q": {"colour": "red"}}, 'unknown setting "colour"'),
     ({"q": 3}, "must be a table"),
 ])
 def test_bad_address_settings_are_refused_with_the_key(raw, text):

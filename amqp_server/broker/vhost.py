@@ -45,15 +45,7 @@ from .timers import Timers
 
 # rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
 # compared when a queue is declared again.
-QUEUE_EQUIVALENCE_ARGS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange",
-    "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
-    "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
-    "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
-    "x-queue-leader-locator",
-    # ours, compared the same way: they change what happens to messages
-    *sorted(ARTEMIS_ARGUMENTS), QPID_MAX_DELIVERY_COUNT, QPID_DLQ_ENABLED,
-)
+from policies.registry import EQUIVALENCE_ARGUMENTS as QUEUE_EQUIVALENCE_ARGS
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
 # Distinct (arguments, policies) whose merged settings a vhost keeps.
 SETTINGS_KEPT = 4096

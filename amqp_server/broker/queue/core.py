@@ -27,7 +27,6 @@ from collections import Counter
 from typing import Callable
 
 from policies.effective import QueueSettings, resolve
-from policies.registry import queue_type_of
 from dlx import limits
 
 from ...wire.table import FieldTable
@@ -63,13 +62,14 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart, SelectionPart):
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments or FieldTable()
-        # x-max-priority is an argument only (RabbitMQ takes no policy for it).
-        self.ready = ready_for(self.arguments.get("x-max-priority"))
+        # (effective settings, user policy, operator policy) from the vhost
+        settings, self.policy, self.operator_policy = settings or (
+            resolve(self.arguments), None, None)
+        # Arguments only (no policy key): fixed for the queue's life.
+        self.ready = ready_for(settings.max_priority)
         self.ready_bytes = 0
-        # x-single-active-consumer is an argument only, as in RabbitMQ.
-        self.consumers = (
-            SingleActive(by_priority=queue_type_of(self.arguments) != "quorum")
-            if self.arguments.get("x-single-active-consumer") is True else RoundRobin())
+        self.consumers = (SingleActive(by_priority=not settings.is_quorum)
+                          if settings.single_active_consumer else RoundRobin())
         self.exclusive_consumer = None
         self.had_consumers = False
         self.consumers_gone_at: float | None = None  # when the last one left (ms)
@@ -107,16 +107,13 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart, SelectionPart):
         # files of `lanes` (paging.Lane, made at the first) and nothing of
         # them stays in memory.
         self.paging = None
-        self.in_memory_cap = in_memory_cap(self.arguments)
+        self.in_memory_cap = in_memory_cap(settings)
         self.page_limit = self.page_bytes_limit = sys.maxsize
         self.transient_page_limit = self.transient_page_bytes_limit = sys.maxsize
         self.lanes = None
         self.paged_count = 0
         self.paged_bytes = 0
         self.paged_segments: Counter = Counter()  # store segment -> paged entries in it
-        # (effective settings, user policy, operator policy) from the vhost
-        settings, self.policy, self.operator_policy = settings or (
-            resolve(self.arguments), None, None)
         self.apply_settings(settings)
 
     def apply_settings(self, settings: QueueSettings) -> None:
@@ -135,6 +132,11 @@ class Queue(LimitsPart, RedeliveryPart, PagingPart, SelectionPart):
             self._drop_head()
         if previous is not None and settings.expires != previous.expires:
             self.touch()
+        cap = in_memory_cap(settings)  # a policy may set queue-mode or the in-memory limits
+        if cap != self.in_memory_cap:
+            self.in_memory_cap = cap
+            if self.paging is not None:
+                self.attach_paging(self.paging)
 
     @property
     def exclusive(self) -> bool:

@@ -23,16 +23,17 @@ LAZY_MESSAGES = 256
 LAZY_BYTES = 1 << 20
 
 
-def in_memory_cap(arguments) -> tuple[int, int]:
-    """(messages, body bytes) the queue's arguments allow in memory:
-    x-queue-mode lazy, or a quorum queue's x-max-in-memory-length/-bytes."""
+def in_memory_cap(settings) -> tuple[int, int]:
+    """(messages, body bytes) the queue's effective settings allow in
+    memory: queue-mode lazy, or a quorum queue's max-in-memory-length/-bytes
+    (argument or policy)."""
     count = size = sys.maxsize
-    if arguments.get("x-queue-mode") == "lazy":
+    if settings.queue_mode == "lazy":
         count, size = LAZY_MESSAGES, LAZY_BYTES
-    if "x-max-in-memory-length" in arguments:
-        count = min(count, max(1, arguments["x-max-in-memory-length"]))
-    if "x-max-in-memory-bytes" in arguments:
-        size = min(size, max(1, arguments["x-max-in-memory-bytes"]))
+    if settings.max_in_memory_length is not None:
+        count = min(count, max(1, settings.max_in_memory_length))
+    if settings.max_in_memory_bytes is not None:
+        size = min(size, max(1, settings.max_in_memory_bytes))
     return count, size
 
 

@@ -18,17 +18,19 @@ line on stderr.  With QUEUE, --from-file redrives only that queue's lines
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from collections import defaultdict
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from amqp_server.remote_publisher import parse_uri
-from dlx.redrive import parse_candidates
+from dlx.redrive import Candidate, parse_candidates
 
-from .ctl import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, CtlError, _queue_path, _say, _table, \
-    _vhost_path, missing_vhost
+from .api import AddVerb, Api, not_found_as, queue_path, vhost_path
+from .output import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, CtlError, say, table
 
 FILTER_FLAGS = (("--reason", "reason"), ("--original-queue", "original_queue"),
                 ("--original-exchange", "original_exchange"), ("--since", "since"),
@@ -39,36 +41,28 @@ MESSAGE_COLUMNS = ["seq", "message_id", "reason", "original_queue", "original_ex
 POLL_SECONDS = 0.2
 
 
-def _filter(args) -> dict:
+def _filter(args: argparse.Namespace) -> dict[str, Any]:
     return {key: getattr(args, key) for _flag, key in FILTER_FLAGS
             if getattr(args, key) is not None}
 
 
-def _not_found_as(api, vhost: str, exc: CtlError, what: str) -> CtlError:
-    """A bare 404 said as what was missing: the vhost, worded as every
-    verb words it, else `what`."""
-    if str(exc) == "not found":
-        return missing_vhost(api, vhost) or CtlError(f"{what} not found", EX_DATAERR)
-    return exc
-
-
 # ---- listing -----------------------------------------------------------------
 
-def list_dead_letters(api, args) -> None:
+def list_dead_letters(api: Api, args: argparse.Namespace) -> None:
     if args.queue is None:
-        _say(args, f"Listing dead-letter queues for vhost {args.vhost} ...")
+        say(args, f"Listing dead-letter queues for vhost {args.vhost} ...")
         try:
-            rows = api.call("GET", f"/dead-letter-queues/{_vhost_path(args.vhost)}")
+            rows = api.call("GET", f"/dead-letter-queues/{vhost_path(args.vhost)}")
         except CtlError as exc:
-            raise _not_found_as(api, args.vhost, exc, f"vhost '{args.vhost}'") from None
-        _table(args, QUEUE_COLUMNS, rows)
+            raise not_found_as(api, args.vhost, exc, f"vhost '{args.vhost}'") from None
+        table(args, QUEUE_COLUMNS, rows)
         return
-    _say(args, f"Listing dead letters in queue {args.queue} of vhost {args.vhost} ...")
+    say(args, f"Listing dead letters in queue {args.queue} of vhost {args.vhost} ...")
     query = urlencode({**_filter(args), "offset": args.offset, "limit": args.limit})
     try:
-        page = api.call("GET", f"{_queue_path(args.vhost, args.queue)}/messages?{query}")
+        page = api.call("GET", f"{queue_path(args.vhost, args.queue)}/messages?{query}")
     except CtlError as exc:
-        raise _not_found_as(api, args.vhost, exc,
+        raise not_found_as(api, args.vhost, exc,
                             f"queue '{args.queue}' in vhost '{args.vhost}'") from None
     rows = []
     for message in page["messages"]:
@@ -78,13 +72,13 @@ def list_dead_letters(api, args) -> None:
                      "first_died_at": _time(message["died_at"]),
                      "origin": f"{origin['exchange'] or '(default)'} "
                                f"{','.join(origin['routing_keys'])}" if origin else None})
-    _table(args, MESSAGE_COLUMNS, rows)
+    table(args, MESSAGE_COLUMNS, rows)
     hidden = page["messages_paged_out"] + page["messages_delayed"]
     if hidden:
-        _say(args, f"({hidden} messages paged to disk or delayed are not shown)")
+        say(args, f"({hidden} messages paged to disk or delayed are not shown)")
 
 
-def _time(seconds) -> str | None:
+def _time(seconds: float | None) -> str | None:
     if seconds is None:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
@@ -92,31 +86,31 @@ def _time(seconds) -> str | None:
 
 # ---- actions -----------------------------------------------------------------
 
-def _selection(args) -> dict:
+def _selection(args: argparse.Namespace) -> dict[str, Any]:
     if args.seq:
         return {"seqs": args.seq}
     return {"filter": _filter(args)}
 
 
-def redrive(api, args) -> None:
+def redrive(api: Api, args: argparse.Namespace) -> None:
     if args.from_file:
         _redrive_candidates(api, args)
         return
     if args.queue is None:
         raise CtlError("redrive needs a QUEUE, or --from-file", EX_DATAERR)
-    _say(args, f"Redriving dead letters of queue {args.queue} in vhost {args.vhost} "
+    say(args, f"Redriving dead letters of queue {args.queue} in vhost {args.vhost} "
                "to where they came from ...")
     _run(api, args, args.vhost, args.queue, "redrive", {**_selection(args), "rate": args.rate})
 
 
-def move_messages(api, args) -> None:
+def move_messages(api: Api, args: argparse.Namespace) -> None:
     target = ""
     if args.to_uri:
         try:
             target = f"on {parse_uri(args.to_uri).shown} "  # never its password
         except ValueError as exc:
             raise CtlError(f"--to-uri: {exc}", EX_USAGE) from None
-    _say(args, f"Moving messages of queue {args.queue} in vhost {args.vhost} to exchange "
+    say(args, f"Moving messages of queue {args.queue} in vhost {args.vhost} to exchange "
                f"'{args.exchange}' {target}...")
     body = {**_selection(args), "rate": args.rate, "exchange": args.exchange}
     if args.routing_key is not None:
@@ -126,13 +120,13 @@ def move_messages(api, args) -> None:
     _run(api, args, args.vhost, args.queue, "move", body)
 
 
-def delete_dead_letters(api, args) -> None:
-    _say(args, f"Deleting messages of queue {args.queue} in vhost {args.vhost} ...")
+def delete_dead_letters(api: Api, args: argparse.Namespace) -> None:
+    say(args, f"Deleting messages of queue {args.queue} in vhost {args.vhost} ...")
     _run(api, args, args.vhost, args.queue, "delete-messages",
          {**_selection(args), "rate": args.rate})
 
 
-def _redrive_candidates(api, args) -> None:
+def _redrive_candidates(api: Api, args: argparse.Namespace) -> None:
     """The audit's replay-candidates.ndjson: exactly the messages it names,
     one task per dead-letter queue; the ones not found are reported."""
     try:
@@ -142,7 +136,7 @@ def _redrive_candidates(api, args) -> None:
         raise CtlError(f"cannot read {args.from_file}: {exc.strerror}", EX_DATAERR) from None
     except ValueError as exc:
         raise CtlError(f"{args.from_file}: {exc}", EX_DATAERR) from None
-    by_queue = defaultdict(list)
+    by_queue: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for candidate in candidates:
         by_queue[(candidate.vhost, candidate.queue)].append(candidate)
     if args.queue is not None:
@@ -151,9 +145,9 @@ def _redrive_candidates(api, args) -> None:
         by_queue = {wanted: by_queue[wanted]} if wanted in by_queue else {}
         candidates = by_queue.get(wanted, [])
         if others:
-            _say(args, f"Skipping {others} replay candidates of queues other than "
+            say(args, f"Skipping {others} replay candidates of queues other than "
                        f"{args.queue} in vhost {args.vhost}")
-    _say(args, f"Redriving {len(candidates)} replay candidates from {args.from_file} "
+    say(args, f"Redriving {len(candidates)} replay candidates from {args.from_file} "
                f"in {len(by_queue)} queues ...")
     worst = 0
     for (vhost, queue), named in sorted(by_queue.items()):
@@ -171,20 +165,21 @@ def _redrive_candidates(api, args) -> None:
         raise CtlError("some replay candidates were not redriven (above)", worst)
 
 
-def _run(api, args, vhost: str, queue: str, action: str, body: dict) -> None:
+def _run(api: Api, args: argparse.Namespace, vhost: str, queue: str, action: str,
+         body: dict[str, Any]) -> None:
     try:
-        started = api.call("POST", f"{_queue_path(vhost, queue)}/{action}", body)
+        started = api.call("POST", f"{queue_path(vhost, queue)}/{action}", body)
     except CtlError as exc:
-        raise _not_found_as(api, vhost, exc, f"queue '{queue}' in vhost '{vhost}'") from None
+        raise not_found_as(api, vhost, exc, f"queue '{queue}' in vhost '{vhost}'") from None
     for missing in started.get("missing", []):
-        _say(args, f"not found in {queue}: message_id {missing['message_id']} "
+        say(args, f"not found in {queue}: message_id {missing['message_id']} "
                    f"body_sha256 {missing['body_sha256']}")
     task = _follow(api, args, started["task"])
     summary = _summary(task, len(started.get("missing", [])))
     if args.formatter == "json":
         print(json.dumps({**task, "missing": started.get("missing", [])}))
     elif task["state"] != "failed":
-        _say(args, f"Task {task['id']} {task['state']}: {summary}")
+        say(args, f"Task {task['id']} {task['state']}: {summary}")
     if task["state"] == "failed":
         # One line says it all: why, and how far it got.
         raise CtlError(f"task {task['id']} failed: {task['error']} ({summary})",
@@ -195,14 +190,14 @@ def _run(api, args, vhost: str, queue: str, action: str, body: dict) -> None:
                        EX_DATAERR)
 
 
-def _follow(api, args, task_id: str) -> dict:
+def _follow(api: Api, args: argparse.Namespace, task_id: str) -> dict[str, Any]:
     """Poll the task until it ends, printing progress as it changes."""
     shown = None
     while True:
-        task = api.call("GET", f"/tasks/{quote(task_id, safe='')}")
+        task: dict[str, Any] = api.call("GET", f"/tasks/{quote(task_id, safe='')}")
         progress = (task["done"], task["total"])
         if progress != shown and task["state"] == "running":
-            _say(args, f"  {task['done']}/{task['total']} ...")
+            say(args, f"  {task['done']}/{task['total']} ...")
             shown = progress
         if task["state"] != "running":
             return task
@@ -213,7 +208,7 @@ def _done_word(kind: str) -> str:
     return {"redrive": "redriven", "move": "moved", "delete": "deleted"}[kind]
 
 
-def _summary(task: dict, missing: int) -> str:
+def _summary(task: dict[str, Any], missing: int) -> str:
     parts = [f"{task['moved']} of {task['total'] + missing} {_done_word(task['kind'])}"]
     if task["not_found"] or missing:
         parts.append(f"{task['not_found'] + missing} not found")
@@ -226,14 +221,12 @@ def _summary(task: dict, missing: int) -> str:
 
 # ---- parsing -------------------------------------------------------------------
 
-def register(verb) -> None:
-    """Add the verbs to amqpctl's parser (`verb(name, func, help)` makes one)."""
-
-    def filters(sub) -> None:
+def register(verb: AddVerb) -> None:
+    def filters(sub: argparse.ArgumentParser) -> None:
         for flag, key in FILTER_FLAGS:
             sub.add_argument(flag, dest=key, default=None)
 
-    def action(sub) -> None:
+    def action(sub: argparse.ArgumentParser) -> None:
         filters(sub)
         sub.add_argument("--seq", type=int, action="append",
                          help="only the message with this seq (repeatable)")

@@ -5,10 +5,13 @@ permission checks apply to them as to every other verb)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Any
 from urllib.parse import quote
 
-from . import ctl
+from .api import AddVerb, Api, vhost_path
+from .output import EX_DATAERR, CtlError, columns, say, table
 
 # rabbitmqctl's info keys that the management API fills here.
 CONNECTION_COLUMNS = ("auth_mechanism", "channel_max", "channels", "client_properties",
@@ -24,43 +27,43 @@ CONSUMER_DEFAULT = ["queue_name", "channel_pid", "consumer_tag", "ack_required",
 GB = 1024 ** 3
 
 
-def list_connections(api: ctl.Api, args) -> None:
-    columns = ctl._columns(args, CONNECTION_COLUMNS, CONNECTION_DEFAULT)
-    ctl._say(args, "Listing connections ...")
-    ctl._table(args, columns, api.call("GET", "/connections"))
+def list_connections(api: Api, args: argparse.Namespace) -> None:
+    shown = columns(args, CONNECTION_COLUMNS, CONNECTION_DEFAULT)
+    say(args, "Listing connections ...")
+    table(args, shown, api.call("GET", "/connections"))
 
 
-def list_consumers(api: ctl.Api, args) -> None:
-    columns = ctl._columns(args, CONSUMER_COLUMNS, CONSUMER_DEFAULT)
-    ctl._say(args, f"Listing consumers in vhost {args.vhost} ...")
+def list_consumers(api: Api, args: argparse.Namespace) -> None:
+    shown = columns(args, CONSUMER_COLUMNS, CONSUMER_DEFAULT)
+    say(args, f"Listing consumers in vhost {args.vhost} ...")
     rows = [{**consumer, "queue_name": consumer["queue"]["name"],
              "channel_pid": consumer["channel_details"]["name"]}
-            for consumer in api.call("GET", f"/consumers/{ctl._vhost_path(args.vhost)}")]
-    ctl._table(args, columns, rows)
+            for consumer in api.call("GET", f"/consumers/{vhost_path(args.vhost)}")]
+    table(args, shown, rows)
 
 
-def close_connection(api: ctl.Api, args) -> None:
-    ctl._say(args, f"Closing connection {args.name}, reason: {args.explanation}...")
+def close_connection(api: Api, args: argparse.Namespace) -> None:
+    say(args, f"Closing connection {args.name}, reason: {args.explanation}...")
     api.call("DELETE", f"/connections/{quote(args.name, safe='')}",
              headers={"X-Reason": args.explanation},
-             missing=ctl.CtlError(f"connection '{args.name}' not found (list_connections "
-                                  "name shows the names)", ctl.EX_DATAERR))
+             missing=CtlError(f"connection '{args.name}' not found (list_connections "
+                              "name shows the names)", EX_DATAERR))
 
 
-def status(api: ctl.Api, args) -> None:
+def status(api: Api, args: argparse.Namespace) -> None:
     """rabbitmqctl status's sections this broker has: runtime, alarms,
     memory, file descriptors, disk, totals and listeners."""
     node = api.call("GET", "/nodes")[0]
-    overview = api.call("GET", "/overview")
-    report = status_report(node, overview, len(api.call("GET", "/vhosts")))
+    report = status_report(node, api.overview(), len(api.call("GET", "/vhosts")))
     if args.formatter == "json":
         print(json.dumps(report))
         return
-    ctl._say(args, f"Status of node {report['node_name']} ...")
+    say(args, f"Status of node {report['node_name']} ...")
     print("\n".join(status_lines(report)))
 
 
-def status_report(node: dict, overview: dict, vhost_count: int) -> dict:
+def status_report(node: dict[str, Any], overview: dict[str, Any],
+                  vhost_count: int) -> dict[str, Any]:
     """rabbitmqctl status --formatter json's keys, for what there is here."""
     alarms = [{"resource": resource, "node": node["name"]}
               for resource, key in (("disk", "disk_free_alarm"), ("memory", "mem_alarm"))
@@ -90,7 +93,7 @@ def status_report(node: dict, overview: dict, vhost_count: int) -> dict:
     }
 
 
-def status_lines(report: dict) -> list[str]:
+def status_lines(report: dict[str, Any]) -> list[str]:
     alarms = [f"{a['resource']} alarm on node {a['node']}" for a in report["alarms"]]
     fds, totals = report["file_descriptors"], report["totals"]
     return [
@@ -125,8 +128,7 @@ def _gb(size: int) -> float:
     return round(size / GB, 4)
 
 
-def add_verbs(verb) -> None:
-    """Registers these verbs with amqpctl's parser (`verb` from ctl._parser)."""
+def register(verb: AddVerb) -> None:
     verb("list_connections", list_connections,
          "list connections").add_argument("columns", nargs="*")
     verb("list_consumers", list_consumers,

@@ -1,0 +1,269 @@
+"""Every queue setting, one row each: its name as a queue argument, a policy
+key and an `[address-settings]` key, how each is checked, its default, how
+the layers merge, which queue types take it, whether a redeclaration
+compares it, and whether rabbit_amqqueue:declare_args/0 checks it.
+
+Every other view (the arguments a queue type takes, the policy and operator
+policy keys, the equivalence and declare-order lists, QueueSettings and its
+defaults) is derived from this table in registry.py and effective.py, so a
+new setting is one new row.
+
+Sources, RabbitMQ 3.13: rabbit_amqqueue:declare_args/0 (the argument checks
+and their order), rabbit_policies.erl (policy keys, their checks, wording
+and operator merges), the capabilities/0 of rabbit_classic_queue,
+rabbit_quorum_queue and rabbit_stream_queue (which type takes which
+argument, and which skips a policy holding which key),
+rabbit_amqqueue_process:process_args_policy/1 and
+rabbit_quorum_queue:ra_machine_config/1 (argument-or-policy merges).
+ActiveMQ Artemis's address settings (seeds 000, 001, 003) and Qpid's
+queue-declare properties (seed 004) are ours to name: the seed's name as the
+policy and config key, with `x-` as the queue argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlx.expiry import DISABLED
+from dlx.limits import DROP_HEAD, OVERFLOW_MODES
+from dlx.redelivery import UNLIMITED
+
+from .checks import (
+    Check,
+    ValueRule,
+    boolean,
+    check_bool,
+    check_dlx_routing_key,
+    check_expires,
+    check_expiry,
+    check_int_at_least,
+    check_max_priority,
+    check_named,
+    check_non_neg_int,
+    check_number_within,
+    check_one_of,
+    check_qpid_flag,
+    check_queue_version,
+    check_string,
+    int_at_least,
+    int_one_of,
+    number_within,
+    one_of,
+    text,
+)
+
+# How an argument and a policy value merge (the operator column says how an
+# operator policy's value joins them).
+ARGUMENT_WINS = "argument"      # rabbit_amqqueue_process res_arg: the argument, else the policy
+SMALLER_WINS = "min"            # res_min: the smaller of the two (erlang:min)
+ARGUMENT_ONLY = "argument only"  # no policy key: the argument or the default
+FIRST_SET = "first"             # Artemis: the argument, else the policy, else an address setting
+# rabbit_policies:merge_policy_value/3 for operator policies: the smaller
+# value, or the operator's value instead of the user policy's.
+OPERATOR_REPLACES = "operator"
+
+CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
+BOTH = frozenset({CLASSIC, QUORUM})
+ALL_TYPES = frozenset({CLASSIC, QUORUM, STREAM})
+RABBITMQ, ARTEMIS, QPID = "RabbitMQ", "ActiveMQ Artemis", "Qpid"
+
+AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
+# The queue types built here (a stream is refused at declaration).
+BUILT_QUEUE_TYPES = (CLASSIC, QUORUM)
+QUEUE_MODES = ("default", "lazy")
+
+
+@dataclass(frozen=True)
+class Setting:
+    # The setting's attribute of QueueSettings, None for an argument that
+    # is only checked.  Two rows with one field are two names of one
+    # setting (dead-letter-address is Artemis's name for the DLX); the
+    # first row is the setting's own.
+    field: str | None
+    argument: str | None        # the queue argument
+    key: str | None             # the policy definition key
+    check: Check | None         # the argument's check (None: taken as it comes)
+    rule: ValueRule | None      # a policy or address-settings value's type and test
+    policy_error: str           # rabbit_policies' words after a bad value ("~tp is not ...")
+    default: object             # QueueSettings' value when no layer sets one
+    merge: str
+    # Queue types whose capabilities list the argument: another type
+    # refuses it; an argument no type lists is kept and never refused.
+    queue_types: frozenset[str]
+    origin: str = RABBITMQ
+    # Queue types that skip a whole policy holding the key (capabilities'
+    # unsupported_policies).
+    skipped_by: frozenset[str] = frozenset()
+    operator: str | None = None  # how an operator policy's value merges; None: not its key
+    address: bool = False        # a key of [address-settings."pattern"] tables
+    equivalence: bool = False    # compared when the queue is declared again
+    declared: bool = False       # checked in declare_args/0's order (this table's)
+    # policy_precedence = "policy" in the config makes the policy win.
+    policy_may_win: bool = False
+    target: str = "queue"        # or "exchange": alternate-exchange
+
+
+def _artemis(field: str, key: str, check: Check, rule: ValueRule, policy_error: str,
+             default: object) -> Setting:
+    return Setting(field, f"x-{key}", key, check, rule, policy_error, default, FIRST_SET, BOTH,
+                   ARTEMIS, address=True, equivalence=True)
+
+
+def _elsewhere(argument: str, queue_types: frozenset[str]) -> Setting:
+    """An argument of a queue type or feature not built here: checked only
+    for the type that may carry it."""
+    return Setting(None, argument, None, None, None, "", None, ARGUMENT_ONLY, queue_types)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- RabbitMQ, in declare_args/0 order ------------------------------------------
+    Setting("expires", "x-expires", "expires", check_expires,
+            int_at_least(1, "milliseconds"), "is not a valid queue expiry", None,
+            SMALLER_WINS, BOTH, operator=SMALLER_WINS, address=True, equivalence=True,
+            declared=True),
+    Setting("message_ttl", "x-message-ttl", "message-ttl", check_expiry,
+            int_at_least(0, "milliseconds"), "is not a valid message TTL", None,
+            SMALLER_WINS, BOTH, operator=SMALLER_WINS, address=True, equivalence=True,
+            declared=True),
+    Setting("dead_letter_exchange", "x-dead-letter-exchange", "dead-letter-exchange",
+            check_string, text("an exchange name (a string)"),
+            "is not a valid dead letter exchange name", None, ARGUMENT_WINS, BOTH,
+            address=True, equivalence=True, declared=True, policy_may_win=True),
+    Setting("dead_letter_routing_key", "x-dead-letter-routing-key", "dead-letter-routing-key",
+            check_dlx_routing_key, text("a routing key (a string)"),
+            "is not a valid dead letter routing key", None, ARGUMENT_WINS, BOTH,
+            address=True, equivalence=True, declared=True, policy_may_win=True),
+    Setting("dead_letter_strategy", "x-dead-letter-strategy", "dead-letter-strategy",
+            check_one_of((AT_MOST_ONCE, AT_LEAST_ONCE), "invalid_dlx_strategy"),
+            one_of(AT_MOST_ONCE, AT_LEAST_ONCE), "is not a valid dead letter strategy",
+            AT_MOST_ONCE, ARGUMENT_WINS, frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}),
+            address=True, declared=True, policy_may_win=True),
+    Setting("max_length", "x-max-length", "max-length", check_non_neg_int,
+            int_at_least(0, "messages"), "is not a valid maximum length", None, SMALLER_WINS,
+            BOTH, operator=SMALLER_WINS, address=True, equivalence=True, declared=True),
+    Setting("max_length_bytes", "x-max-length-bytes", "max-length-bytes", check_non_neg_int,
+            int_at_least(0, "bytes"), "is not a valid maximum length in bytes", None,
+            SMALLER_WINS, ALL_TYPES, operator=SMALLER_WINS, address=True, equivalence=True,
+            declared=True),
+    # Quorum queues' in-memory limits.  3.13's rabbit_fifo keeps no message
+    # bodies in memory and ignores them; here they cap the messages a
+    # quorum queue keeps in memory (broker/queue/paging.py).  The policy
+    # error names bytes for both: rabbit_policies' own wording.
+    Setting("max_in_memory_length", "x-max-in-memory-length", "max-in-memory-length",
+            check_non_neg_int, int_at_least(0, "messages"),
+            "is not a valid maximum memory in bytes", None, SMALLER_WINS,
+            frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}), operator=SMALLER_WINS,
+            declared=True),
+    Setting("max_in_memory_bytes", "x-max-in-memory-bytes", "max-in-memory-bytes",
+            check_non_neg_int, int_at_least(0, "bytes"),
+            "is not a valid maximum memory in bytes", None, SMALLER_WINS,
+            frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}), operator=SMALLER_WINS,
+            declared=True),
+    # An argument only: RabbitMQ has no policy key for it.
+    Setting("max_priority", "x-max-priority", None, check_max_priority, None, "", None,
+            ARGUMENT_ONLY, frozenset({CLASSIC}), equivalence=True, declared=True),
+    Setting("overflow", "x-overflow", "overflow", check_one_of(OVERFLOW_MODES, "invalid_overflow"),
+            one_of(*OVERFLOW_MODES), "is not a valid overflow value", DROP_HEAD, ARGUMENT_WINS,
+            BOTH, operator=OPERATOR_REPLACES, address=True, equivalence=True, declared=True,
+            policy_may_win=True),
+    # Classic queues' mode.  Since 3.12 a classic queue keeps only its head
+    # in memory whatever its mode (rabbit_variable_queue:set_queue_mode/2
+    # does nothing); here "lazy" caps the messages it keeps in memory
+    # (broker/queue/paging.py).  Quorum queues skip a policy holding it.
+    Setting("queue_mode", "x-queue-mode", "queue-mode", check_named(QUEUE_MODES, "queue mode"),
+            one_of(*QUEUE_MODES), "is not a valid queue-mode value", "default", ARGUMENT_WINS,
+            frozenset({CLASSIC}), skipped_by=frozenset({QUORUM}), equivalence=True,
+            declared=True),
+    # Classic queues' storage version: checked and kept; one storage
+    # format here.
+    Setting("queue_version", "x-queue-version", "queue-version", check_queue_version,
+            int_one_of(1, 2), "is not a valid queue-version value", None, ARGUMENT_WINS,
+            frozenset({CLASSIC}), operator=OPERATOR_REPLACES, equivalence=True,
+            declared=True),
+    Setting("single_active_consumer", "x-single-active-consumer", None, check_bool, None, "",
+            False, ARGUMENT_ONLY, BOTH, equivalence=True, declared=True),
+    Setting("queue_type", "x-queue-type", None, check_named(BUILT_QUEUE_TYPES, "queue type"),
+            None, "", CLASSIC, ARGUMENT_ONLY, ALL_TYPES, equivalence=True, declared=True),
+    # 3.13 takes x-delivery-limit unchecked and fails later; we refuse what
+    # it could never use.
+    Setting("delivery_limit", "x-delivery-limit", "delivery-limit", check_non_neg_int,
+            int_at_least(0, "deliveries"), "is not a valid delivery limit", None,
+            SMALLER_WINS, frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}),
+            operator=SMALLER_WINS, address=True, declared=True),
+    # -- RabbitMQ, checked by queue type only -------------------------------------------
+    Setting(None, "x-queue-master-locator", None, None, None, "", None, ARGUMENT_ONLY,
+            frozenset({CLASSIC}), equivalence=True),
+    Setting(None, "x-queue-leader-locator", None, None, None, "", None, ARGUMENT_ONLY,
+            frozenset({QUORUM, STREAM}), equivalence=True),
+    _elsewhere("x-quorum-initial-group-size", frozenset({QUORUM})),
+    # 3.12+: x-consumer-timeout is taken unchecked (a value that is not an
+    # integer turns the timeout off for the queue) and no queue type lists
+    # it; the policy key is checked.
+    Setting("consumer_timeout", "x-consumer-timeout", "consumer-timeout", None,
+            int_at_least(0, "milliseconds"), "is not a valid consumer timeout", None,
+            SMALLER_WINS, frozenset(), address=True),
+    # -- ActiveMQ Artemis (seeds 000, 001, 003) ------------------------------------------
+    Setting("dead_letter_exchange", "x-dead-letter-address", "dead-letter-address",
+            check_string, text("an address (a string)"), "is not a valid dead letter address",
+            None, ARGUMENT_WINS, BOTH, ARTEMIS, address=True, equivalence=True,
+            policy_may_win=True),
+    _artemis("redelivery_delay", "redelivery-delay", check_non_neg_int,
+             int_at_least(0, "milliseconds"), "is not a valid redelivery delay", 0),
+    _artemis("redelivery_delay_multiplier", "redelivery-delay-multiplier",
+             check_number_within(0.0), number_within(0.0),
+             "is not a valid redelivery delay multiplier", 1.0),
+    _artemis("max_redelivery_delay", "max-redelivery-delay", check_non_neg_int,
+             int_at_least(0, "milliseconds"), "is not a valid maximum redelivery delay", None),
+    _artemis("redelivery_collision_avoidance_factor", "redelivery-collision-avoidance-factor",
+             check_number_within(0.0, 1.0), number_within(0.0, 1.0),
+             "is not a valid redelivery collision avoidance factor (0.0 to 1.0)", 0.0),
+    _artemis("max_delivery_attempts", "max-delivery-attempts", check_int_at_least(-1),
+             int_at_least(-1), "is not a valid number of delivery attempts", UNLIMITED),
+    _artemis("auto_create_dead_letter_resources", "auto-create-dead-letter-resources",
+             check_bool, boolean(), "is not a boolean", False),
+    _artemis("dead_letter_queue_prefix", "dead-letter-queue-prefix", check_string, text(),
+             "is not a valid queue prefix", "DLQ."),
+    _artemis("dead_letter_queue_suffix", "dead-letter-queue-suffix", check_string, text(),
+             "is not a valid queue suffix", ""),
+    _artemis("expiry_address", "expiry-address", check_string, text("an address (a string)"),
+             "is not a valid expiry address", None),
+    _artemis("expiry_delay", "expiry-delay", check_int_at_least(-1),
+             int_at_least(-1, "milliseconds"), "is not a valid expiry delay", DISABLED),
+    _artemis("min_expiry_delay", "min-expiry-delay", check_int_at_least(-1),
+             int_at_least(-1, "milliseconds"), "is not a valid minimum expiry delay", DISABLED),
+    _artemis("max_expiry_delay", "max-expiry-delay", check_int_at_least(-1),
+             int_at_least(-1, "milliseconds"), "is not a valid maximum expiry delay", DISABLED),
+    _artemis("auto_create_expiry_resources", "auto-create-expiry-resources", check_bool,
+             boolean(), "is not a boolean", False),
+    _artemis("expiry_queue_prefix", "expiry-queue-prefix", check_string, text(),
+             "is not a valid queue prefix", "EXP."),
+    _artemis("expiry_queue_suffix", "expiry-queue-suffix", check_string, text(),
+             "is not a valid queue suffix", ""),
+    # Only for the DLQ./EXP. queues the broker auto-created, so no queue
+    # argument: a policy or the address settings matching that queue
+    # (dlx/addresses.py).
+    Setting("auto_delete_queues", None, "auto-delete-queues", None, boolean(),
+            "is not a boolean", True, FIRST_SET, frozenset(), ARTEMIS, address=True),
+    Setting("auto_delete_queues_delay", None, "auto-delete-queues-delay", None,
+            int_at_least(0, "milliseconds"), "is not a valid auto-delete delay", 0, FIRST_SET,
+            frozenset(), ARTEMIS, address=True),
+    Setting("auto_delete_queues_message_count", None, "auto-delete-queues-message-count", None,
+            int_at_least(-1, "messages"), "is not a valid auto-delete message count", 0,
+            FIRST_SET, frozenset(), ARTEMIS, address=True),
+    # -- Qpid Broker-J's queue-declare properties (seed 004): arguments only -------------
+    # 0 is Qpid's "no limit" (effective.py reads it as no count).
+    Setting("qpid_maximum_delivery_count", "x-qpid-maximum-delivery-count", None,
+            check_non_neg_int, None, "", None, ARGUMENT_ONLY, BOTH, QPID, equivalence=True),
+    Setting("qpid_dlq_enabled", "x-qpid-dlq-enabled", None, check_qpid_flag, None, "", False,
+            ARGUMENT_ONLY, BOTH, QPID, equivalence=True),
+    # -- streams' own arguments: streams are not built, but their arguments
+    # on a classic or quorum queue are refused as RabbitMQ refuses them --------------
+    _elsewhere("x-max-age", frozenset({STREAM})),
+    _elsewhere("x-stream-max-segment-size-bytes", frozenset({STREAM})),
+    _elsewhere("x-initial-cluster-size", frozenset({STREAM})),
+    _elsewhere("x-stream-filter-size-bytes", frozenset({STREAM})),
+    # -- exchanges ----------------------------------------------------------------------
+    Setting(None, None, "alternate-exchange", None, text("an exchange name (a string)"),
+            "is not a valid alternate exchange name", None, ARGUMENT_WINS, frozenset(),
+            target="exchange"),
+)
