@@ -95,14 +95,14 @@ def origin_of(headers: FieldTable | None, routing_key: str,
     return None
 
 
-def redrive_count(headers) -> int:
+def redrive_count(headers: Mapping[str, object] | None) -> int:
     """How often the message was redriven (0: never, or a count this
     broker did not write)."""
     count = (headers or {}).get(REDRIVE_COUNT)
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
-def redriven_headers(headers) -> FieldTable:
+def redriven_headers(headers: Mapping[str, object] | None) -> FieldTable:
     """The headers of a redriven copy: the message's own, `x-death`
     included, with REDRIVE_COUNT one more."""
     copy = FieldTable(headers or {})

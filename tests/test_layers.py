@@ -38,17 +38,9 @@ ALLOWED: dict[str, set[str]] = {
         "amqp_server.broker", "amqp_server.protocol", "amqp_server.management"},
     # The command-line tool speaks to a broker over HTTP and AMQP only.
     "policies.ctl": {"policies", "dlx", "amqp_server.wire", "amqp_server.remote_publisher"},
-}
-# Until amqpctl is one package, its three modules are one part.
-for _module in ("policies.ctl_runtime", "policies.ctl_dead_letters"):
-    ALLOWED[_module] = ALLOWED["policies.ctl"]
-ALLOWED.update({
     # The audit reads the dead-letter log's files, never the broker.
     "spark": {"dlx"},
-})
-_CTL = {"policies.ctl", "policies.ctl_runtime", "policies.ctl_dead_letters"}
-for _module in _CTL:
-    ALLOWED[_module] = ALLOWED[_module] | _CTL
+}
 # The outer shell (the package's front door, cli, embedding, the pytest
 # plugin, test helpers) may use anything; it is what the parts above are
 # assembled into.
@@ -131,3 +123,20 @@ def test_the_check_sees_an_upward_import(tmp_path):
     assert "amqp_server.broker.message" in found
     assert "amqp_server.storage.records" in found
     assert "amqp_server.broker" not in ALLOWED["amqp_server.storage"]
+
+
+def test_amqpctl_modules_use_no_private_names_of_each_other_and_none_imports_main():
+    wrong = []
+    for path in sorted((ROOT / "policies" / "ctl").glob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue  # the entry points: they are what imports main
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            if node.module == "main" or any(alias.name == "main" and not node.module
+                                            for alias in node.names):
+                wrong.append(f"{path.name}:{node.lineno} imports main")
+            wrong += [f"{path.name}:{node.lineno} imports {alias.name}"
+                      for alias in node.names if alias.name.startswith("_")]
+    assert wrong == []
