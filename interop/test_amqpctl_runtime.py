@@ -140,6 +140,18 @@ def test_status_reports_the_node(broker, client, capsys):
                                                                broker.management_port}
 
 
+def test_cluster_status_of_a_single_broker_is_a_cluster_of_one(broker, capsys):
+    code, lines, _ = run(broker, capsys, "cluster_status")
+    assert code == 0
+    assert lines[0] == "Cluster status of node amqp-server@localhost ..."
+    assert "amqp-server@localhost: leader, in sync" in lines
+    code, lines, _ = run(broker, capsys, "cluster_status", "--formatter", "json")
+    report = json.loads("\n".join(lines))
+    assert report["leader"] == "amqp-server@localhost"
+    assert report["nodes"] == [{"name": "amqp-server@localhost", "role": "leader",
+                                "in_sync": True, "replication_lag": 0}]
+
+
 def test_status_needs_a_monitoring_tag(broker, capsys):
     assert http(broker, "PUT", "/api/users/rt.plain",
                 {"password": "pw", "tags": "management"})[0] == 201

@@ -53,7 +53,8 @@ def close_connection(api: Api, args: argparse.Namespace) -> None:
 def status(api: Api, args: argparse.Namespace) -> None:
     """rabbitmqctl status's sections this broker has: runtime, alarms,
     memory, file descriptors, disk, totals and listeners."""
-    node = api.call("GET", "/nodes")[0]
+    # A cluster lists every member; the leader's entry has the whole node.
+    node = next(node for node in api.call("GET", "/nodes") if "os_pid" in node)
     report = status_report(node, api.overview(), len(api.call("GET", "/vhosts")))
     if args.formatter == "json":
         print(json.dumps(report))
@@ -124,6 +125,36 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def cluster_status(api: Api, args: argparse.Namespace) -> None:
+    """rabbitmqctl cluster_status's view of this cluster: its name, the
+    leader, every member with its role, whether it is in sync and how far
+    behind it is (a single broker is a cluster of one)."""
+    nodes = api.call("GET", "/nodes")
+    report = {
+        "cluster_name": api.overview().get("cluster_name", ""),
+        "leader": next((n["name"] for n in nodes if n.get("role") == "leader"), None),
+        "nodes": [{"name": n["name"], "role": n.get("role", "leader"),
+                   "in_sync": n.get("in_sync", True),
+                   "replication_lag": n.get("replication_lag")} for n in nodes],
+    }
+    if args.formatter == "json":
+        print(json.dumps(report))
+        return
+    say(args, f"Cluster status of node {report['leader']} ...")
+    print("\n".join(cluster_lines(report)))
+
+
+def cluster_lines(report: dict[str, Any]) -> list[str]:
+    def described(node: dict[str, Any]) -> str:
+        lag = node["replication_lag"]
+        return (f"{node['name']}: {node['role']}, "
+                f"{'in sync' if node['in_sync'] else 'not in sync'}"
+                + (f", {lag} behind" if lag else ""))
+    return ["Basics", "", f"Cluster name: {report['cluster_name']}", "",
+            "Leader", "", str(report["leader"]), "",
+            "Nodes", "", *(described(node) for node in report["nodes"])]
+
+
 def _gb(size: int) -> float:
     return round(size / GB, 4)
 
@@ -137,3 +168,5 @@ def register(verb: AddVerb) -> None:
     close.add_argument("name", help="the connection's name, as list_connections name shows it")
     close.add_argument("explanation", help="the reason the client is told")
     verb("status", status, "the node's status")
+    verb("cluster_status", cluster_status,
+         "the cluster's leader and members: role, in sync, replication lag")
