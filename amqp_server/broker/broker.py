@@ -49,9 +49,12 @@ class Broker:
     # Resource alarms in force ("disk", "memory"); the shell watches them.
     alarms: set = field(default_factory=set)
     on_alarm: Callable[[], None] = lambda: None
-    # The message store is behind its writes: publishers are not read
+    # The message store is behind its writes, or a clustered leader's
+    # followers are (or too few are in sync): publishers are not read
     # (silently, as RabbitMQ's flow control) until it catches up.
     store_busy: bool = False
+    _store_behind: bool = False
+    _replication_held: bool = False
     # Totals since start for the Prometheus metrics (counters.py).
     counters: Counters = field(default_factory=Counters)
 
@@ -174,7 +177,15 @@ class Broker:
         self.on_alarm()
 
     def store_congested(self, congested: bool) -> None:
-        self.store_busy = congested
+        self._store_behind = congested
+        self._update_store_busy()
+
+    def replication_held(self, held: bool) -> None:
+        self._replication_held = held
+        self._update_store_busy()
+
+    def _update_store_busy(self) -> None:
+        self.store_busy = self._store_behind or self._replication_held
         self.on_alarm()
 
     def set_paging_pressure(self, raised: bool) -> None:

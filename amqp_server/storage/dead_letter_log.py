@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from .dead_letter_lines import event_line, node_member
 
@@ -181,6 +182,8 @@ class DeadLetterLog:
         self._sender: threading.Thread | None = None
         self._files: LogFiles | None = None  # in-process writing, without a loop
         self.recorded = 0
+        # A clustered leader ships each batch of events to its followers.
+        self.on_batch: Callable[[list], None] | None = None
 
     def attach(self, loop) -> None:
         self._loop = loop
@@ -199,6 +202,8 @@ class DeadLetterLog:
         if not self._batch:
             return
         batch, self._batch = self._batch, []
+        if self.on_batch is not None:
+            self.on_batch(batch)
         if self._loop is None:
             if self._files is None:
                 self._files = LogFiles(*self._files_settings)
