@@ -108,6 +108,26 @@ class BrokerConfig:
     paging_pressure_threshold: int = 1024
     # [address-settings."pattern"] tables (policies/address_settings.py).
     address_settings: AddressSettings = field(default_factory=AddressSettings)
+    # Clustering (docs/clustering.md): the etcd members' client URLs; none
+    # makes this a single broker that needs no etcd.  Nodes of one cluster
+    # share its name and its secret (which authenticates them to each
+    # other), and each listens for its peers on cluster_port.
+    cluster_etcd: list = field(default_factory=list)
+    cluster_name: str = "amqp-server"
+    cluster_port: int = 5679
+    cluster_secret: str = ""
+    # The host other nodes and forwarded clients reach this one at (default:
+    # `host`).
+    cluster_advertise_host: str = ""
+    # Copies a confirm waits for at least, the leader's included; below it
+    # publishers are held.  A follower behind by more than the lag timeout
+    # (ms) leaves the in-sync set (never below min_in_sync).
+    min_in_sync: int = 2
+    cluster_lag_timeout: int = 2000
+    # Seconds a node's etcd lease lives without renewal: a leader that
+    # cannot renew it stops confirming and is replaced (etcd raises values
+    # below 1.5 of its election timeout).
+    cluster_lease_ttl: int = 4
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":
@@ -137,6 +157,8 @@ class BrokerConfig:
             expected = type(getattr(config, key))
             if key in _SIZE_KEYS and isinstance(value, str):
                 value = parse_size(key, value)
+            if key == "cluster_etcd" and isinstance(value, str):  # a flag: URL,URL,...
+                value = [url.strip() for url in value.split(",") if url.strip()]
             if expected is float and isinstance(value, int):
                 value = float(value)
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -163,10 +185,31 @@ class BrokerConfig:
                 raise ConfigError(f"config key {key!r} needs 'tls_cacertfile'")
         if bool(config.tls_certfile) != bool(config.tls_keyfile):
             raise ConfigError("config keys 'tls_certfile' and 'tls_keyfile' go together")
+        _check_cluster(config)
         if config.policy_precedence not in ("argument", "policy"):
             raise ConfigError("config key 'policy_precedence' must be \"argument\" or "
                               f"\"policy\", got {config.policy_precedence!r}")
         return config
+
+
+def _check_cluster(config: "BrokerConfig") -> None:
+    if not all(isinstance(url, str) and url.strip() for url in config.cluster_etcd):
+        raise ConfigError("config key 'cluster_etcd' must be a list of etcd URLs, got "
+                          f"{config.cluster_etcd!r}")
+    if not config.cluster_etcd:
+        return
+    if not config.cluster_secret:
+        raise ConfigError("a cluster needs a shared secret: set 'cluster_secret' (the same "
+                          "on every node)")
+    if not 0 <= config.cluster_port <= 65535:
+        raise ConfigError(f"config key 'cluster_port' must be 0-65535, got "
+                          f"{config.cluster_port}")
+    if config.min_in_sync < 1:
+        raise ConfigError(f"config key 'min_in_sync' must be at least 1 (the leader), got "
+                          f"{config.min_in_sync}")
+    if config.cluster_lag_timeout <= 0 or config.cluster_lease_ttl <= 0:
+        raise ConfigError("config keys 'cluster_lag_timeout' and 'cluster_lease_ttl' must "
+                          "be positive")
 
 
 _SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size",

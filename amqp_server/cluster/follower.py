@@ -37,6 +37,7 @@ class Following:
         self.secret = secret
         self.leader: str | None = None
         self.streaming = False  # past the copy: frames are being applied
+        self.was_streaming = False  # it was, at some point of this connection
         self.link_broke = False  # the connection ended without being asked to
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
@@ -116,11 +117,11 @@ class Following:
                 elif kind == f.READY:
                     await loop.run_in_executor(None, replica.finish_copy, frame[1])
                     writer.write(f.encode([f.ACK, frame[1]]))
-                    self.streaming = True
+                    self.streaming = self.was_streaming = True
                     log.info("copy from leader %s complete at %d", self.leader, frame[1])
                 elif kind == f.RESUME:
                     replica.resume(frame[1], frame[2])
-                    self.streaming = True
+                    self.streaming = self.was_streaming = True
                     log.info("following leader %s from %d", self.leader, frame[2])
                 else:
                     raise f.FrameError(f"unexpected {kind!r} from the leader")

@@ -27,6 +27,19 @@ from . import frames as f
 
 log = logging.getLogger("amqp_server.cluster")
 
+# Present while the data directory holds a whole copy of some leader's
+# stream (its term inside): only such a node may be elected.
+COPY_MARKER = "cluster-copy"
+
+
+def mark_whole(data_dir: Path, epoch: int) -> None:
+    path = Path(data_dir) / COPY_MARKER
+    with open(path, "w") as handle:
+        handle.write(f"{epoch}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_dir(path.parent)
+
 
 class Replica:
     def __init__(self, data_dir: str | Path, dead_letter_files: LogFiles | None = None,
@@ -50,6 +63,9 @@ class Replica:
         """Forget the old copy: the leader sends all of its own."""
         self.close()
         self.epoch = None
+        # Not whole from here until finish_copy: this node may not lead.
+        (self.data_dir / COPY_MARKER).unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
         for path in (self.data_dir / "messages").glob("*.seg"):
             path.unlink()
         for name in (f.DEFINITIONS_FILE, f.DEFINITIONS_FILE + ".new", f.POLICIES_FILE):
@@ -80,6 +96,7 @@ class Replica:
             fsync_dir(directory)
         self.epoch = self._copy_epoch
         self.lsn = lsn
+        mark_whole(self.data_dir, self.epoch)
 
     def resume(self, epoch: int, lsn: int) -> None:
         if epoch != self.epoch or lsn != self.lsn:

@@ -20,6 +20,7 @@ from policies.model import PolicyError
 from ..broker import definitions
 from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
+from ..cluster import forwarding
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
 from . import console, health, messages, metrics, users, workbench_routes
@@ -96,6 +97,18 @@ async def auth_and_errors(request: web.Request, handler):
         return _error(400, "bad_request", f"{exc.code} {exc.reply_text}")
 
 
+def client_host(request: web.Request, broker) -> str:
+    """The client's address: the socket's peer, or, for a request a cluster
+    member forwarded, the client it names (when signed with the secret)."""
+    forwarded = request.headers.get(forwarding.HEADER)
+    config = broker.config
+    if forwarded and config.cluster_etcd:
+        client = forwarding.verify(config.cluster_secret.encode(), forwarded)
+        if client is not None:
+            return client[0]
+    return request.remote or ""
+
+
 def _authenticate(request: web.Request, broker):
     """(user, None) when the request may go on; (None, reason) for a known
     user that may not use the API; (None, None) for a failed login."""
@@ -110,7 +123,7 @@ def _authenticate(request: web.Request, broker):
     if user is None:
         return None, None
     try:
-        loopback = ipaddress.ip_address(request.remote or "").is_loopback
+        loopback = ipaddress.ip_address(client_host(request, broker)).is_loopback
     except ValueError:
         loopback = False
     if not broker.access.may_connect_from(user, loopback):
