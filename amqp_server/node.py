@@ -170,10 +170,14 @@ class ClusterNode:
                 # now rather than wait for its lease (leadership.revoke_leader
                 # says why no confirmed message can be lost by it).
                 try:
-                    if await self.leadership.revoke_leader(leader):
-                        log.warning("leader %s is gone; its lease is revoked", leader.node)
+                    deposed = await self.leadership.revoke_leader(leader)
                 except EtcdError as exc:
                     log.warning("could not depose leader %s: %s", leader.node, exc)
+                else:
+                    log.warning("leader %s is gone (its cluster port refuses connections): "
+                                "%s", leader.node, "deposed" if deposed else
+                                "not deposed by this node (not in the in-sync set, or "
+                                "already replaced)")
             await asyncio.sleep(0.1)
 
     async def _stop_following(self) -> None:

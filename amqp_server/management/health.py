@@ -86,16 +86,33 @@ async def aliveness_test(request: web.Request) -> web.Response:
     return _ok()
 
 
+async def _nodes(request: web.Request) -> list[dict]:
+    """This node, or every member of its cluster with its role, whether it
+    is in the in-sync set and how many frames it is behind the leader."""
+    broker = request.app[BROKER]
+    own = node_json(broker, listeners(request))
+    if broker.cluster is None:
+        return [{**own, "role": "leader", "in_sync": True, "replication_lag": 0}]
+    listed = []
+    for member in await broker.cluster.nodes():
+        if member["name"] == broker.config.node_name:
+            listed.append({**own, **member})
+        else:
+            listed.append({"type": "disc", **member})
+    return listed
+
+
 async def list_nodes(request: web.Request) -> web.Response:
     access_control(request).require_monitor(request[USER_KEY])
-    return web.json_response([node_json(request.app[BROKER], listeners(request))])
+    return web.json_response(await _nodes(request))
 
 
 async def get_node(request: web.Request) -> web.Response:
     access_control(request).require_monitor(request[USER_KEY])
-    if request.match_info["name"] != NODE:
-        raise KeyError(request.match_info["name"])  # 404 (RabbitMQ 3.10 answers 500)
-    return web.json_response(node_json(request.app[BROKER], listeners(request)))
+    for node in await _nodes(request):
+        if node["name"] == request.match_info["name"]:
+            return web.json_response(node)
+    raise KeyError(request.match_info["name"])  # 404 (RabbitMQ 3.10 answers 500)
 
 
 def add_routes(router) -> None:
