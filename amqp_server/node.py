@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiohttp import web
+
 from .broker.broker import Broker
 from .cluster import frames as cluster_frames
 from .cluster.etcd import EtcdClient, EtcdError
@@ -41,6 +43,8 @@ from .cluster.replica import COPY_MARKER, Replica, mark_whole
 from .cluster.session import Session
 from .cluster.shipper import Shipper
 from .config import BrokerConfig
+from .management import prometheus
+from .management.prometheus_listener import CONTENT_TYPE
 from .server import Server
 from .storage.dead_letter_log import LogFiles
 from .storage.lock import DataDirLock
@@ -82,6 +86,7 @@ class ClusterNode:
         self.ports: dict[str, int] = {}
         self.amqp_forwarder: AmqpForwarder | None = None
         self.http_forwarder: HttpForwarder | None = None
+        self.metrics_server: FollowerMetrics | None = None
 
     # ---- start and stop ----------------------------------------------------
 
@@ -329,14 +334,59 @@ class ClusterNode:
                                                 lambda: self._leader_address("management"))
             self.ports["management"] = await self.http_forwarder.start(
                 config.host, self.ports.get("management", config.management_port))
+        if config.prometheus_port >= 0:
+            self.metrics_server = FollowerMetrics(self)
+            self.ports["prometheus"] = await self.metrics_server.start(
+                config.host, self.ports.get("prometheus", config.prometheus_port))
 
     async def _stop_forwarding(self) -> None:
-        for forwarder in (self.amqp_forwarder, self.http_forwarder):
+        for forwarder in (self.amqp_forwarder, self.http_forwarder, self.metrics_server):
             if forwarder is not None:
                 await forwarder.stop()
-        self.amqp_forwarder = self.http_forwarder = None
+        self.amqp_forwarder = self.http_forwarder = self.metrics_server = None
+
+    async def settled(self) -> None:
+        """A management change is answered once it is on every in-sync copy."""
+        shipper = self.shipper
+        if shipper is not None:
+            await shipper.settled()
 
     # ---- what operators see --------------------------------------------------
+
+    def metric_families(self) -> list:
+        """This node's replication gauges and counters (management/prometheus.py's
+        shape); the leader's also say how far behind each follower is."""
+        stats = self.stats
+        shipper = self.shipper
+        node = {"node": self.node}
+        families = [
+            ("cluster_node_leader", "gauge", "1 when this node leads its cluster, else 0",
+             [(node, 1 if stats.role == LEADER else 0)]),
+            ("cluster_elections_won_total", "counter",
+             "Times this node was elected leader", [(node, stats.elections_won)]),
+            ("cluster_leadership_changes_total", "counter",
+             "Times this node started or stopped leading", [(node, stats.leadership_changes)]),
+        ]
+        if shipper is not None:
+            families += [
+                ("cluster_in_sync_members", "gauge",
+                 "Members of the in-sync set, the leader included",
+                 [(node, 1 + len(shipper.in_sync))]),
+                ("cluster_replication_shipped_lsn", "gauge",
+                 "Last log sequence number the leader shipped", [(node, shipper.lsn)]),
+                ("cluster_replication_replicated_lsn", "gauge",
+                 "Log sequence number on every in-sync copy", [(node, shipper.replicated)]),
+                ("cluster_replication_lag", "gauge",
+                 "Frames a follower is behind the leader",
+                 [({"node": self.node, "follower": name},
+                   shipper.lsn - acked if acked >= 0 else shipper.lsn)
+                  for name, acked in sorted(shipper.acked.items())]),
+            ]
+        elif self.replica is not None:
+            families.append(("cluster_replica_lsn", "gauge",
+                             "Last log sequence number this follower has on disk",
+                             [(node, self.replica.lsn)]))
+        return families
 
     async def nodes(self) -> list[dict]:
         """Every member, as /api/nodes lists it."""
@@ -357,6 +407,34 @@ class ClusterNode:
                            "in_sync": name in in_sync, "replication_lag": lag,
                            "running": True, "addresses": up[name].addresses})
         return listed
+
+
+class FollowerMetrics:
+    """A follower's own Prometheus endpoint: its role and replica, on the
+    port the leader's exporter has while it leads."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        return self._runner.addresses[0][1]
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        lines = prometheus.text_lines(prometheus.OWN_PREFIX, self.node.metric_families())
+        return web.Response(body=("\n".join(lines) + "\n").encode(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._runner = None
 
 
 class ClusterError(Exception):

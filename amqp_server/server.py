@@ -102,7 +102,7 @@ class AMQPProtocol(asyncio.Protocol):
                         "without the cluster's secret; closed", self.conn.peer_host)
             self.transport.close()
             return b""
-        host, port = client
+        host, port, _node = client
         conn = self.conn
         conn.peer_host, conn.peer_port = host, port
         conn.is_loopback = _is_loopback(host)

@@ -38,7 +38,8 @@ class BrokerNode:
         self.data_dir = data_dir
         self.config = config
         self.log_path = data_dir.parent / f"{name}.log"
-        self.amqp_port, self.management_port, self.cluster_port = free_ports(3)
+        (self.amqp_port, self.management_port, self.cluster_port,
+         self.prometheus_port) = free_ports(4)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -48,7 +49,8 @@ class BrokerNode:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1",
              "--port", str(self.amqp_port), "--management-port", str(self.management_port),
-             "--prometheus-port", "-1", "--cluster-port", str(self.cluster_port),
+             "--prometheus-port", str(self.prometheus_port),
+             "--cluster-port", str(self.cluster_port),
              "--cluster-etcd", ",".join(self.etcd.endpoints), "--node-name", self.name,
              "--data-dir", str(self.data_dir), "--config", str(self.config),
              "--log-level", "info"],

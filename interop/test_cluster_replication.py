@@ -35,8 +35,10 @@ class Leader:
         self.min_in_sync = min_in_sync
         self.isr_writes: list[tuple[str, ...]] = []
 
-    async def start(self) -> None:
+    async def start(self, queues: tuple[str, ...] = ()) -> None:
         await self.server.start()
+        for name in queues:  # durable queues there before shipping starts
+            self.broker.vhosts["/"].declare_queue(name, None, durable=True)
 
         async def write_isr(names: tuple[str, ...]) -> None:
             self.isr_writes.append(names)
@@ -132,7 +134,7 @@ async def test_a_copy_booted_holds_every_confirmed_message_definition_and_policy
             broker.close_data_dir()
 
 
-async def test_confirms_wait_for_an_in_sync_follower(tmp_path):
+async def test_confirms_and_declare_oks_wait_for_an_in_sync_follower(tmp_path):
     leader = Leader(tmp_path / "leader")
     await leader.start()
     replica, following = follower(tmp_path / "follower")
@@ -140,12 +142,19 @@ async def test_confirms_wait_for_an_in_sync_follower(tmp_path):
     try:
         connection = await aio_pika.connect(leader.url)
         channel = await connection.channel(publisher_confirms=True)
-        await channel.declare_queue("q", durable=True)
+        declare = asyncio.ensure_future(channel.declare_queue("q", durable=True))
+        done, _ = await asyncio.wait([declare], timeout=1.0)
+        assert not done, "declare-ok before the in-sync follower has the queue"
+        task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+        await asyncio.wait_for(declare, 10)
+        following.stop()
+        await task
         publish = asyncio.ensure_future(channel.default_exchange.publish(
             aio_pika.Message(b"x", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
             routing_key="q"))
         done, _ = await asyncio.wait([publish], timeout=1.0)
         assert not done, "confirmed with the in-sync follower absent"
+        following = Following(replica, "b", CLUSTER, SECRET)
         task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
         await asyncio.wait_for(publish, 10)
         await connection.close()
@@ -159,14 +168,13 @@ async def test_confirms_wait_for_an_in_sync_follower(tmp_path):
 
 async def test_below_min_in_sync_publishers_are_held_until_a_follower_joins(tmp_path):
     leader = Leader(tmp_path / "leader", in_sync=("a",), min_in_sync=2)
-    await leader.start()
+    await leader.start(queues=("q",))
     replica, following = follower(tmp_path / "follower")
     task = None
     try:
         assert leader.broker.store_busy  # held: one copy is not enough
         connection = await aio_pika.connect(leader.url)
         channel = await connection.channel(publisher_confirms=True)
-        await channel.declare_queue("q", durable=True)
         publish = asyncio.ensure_future(channel.default_exchange.publish(
             aio_pika.Message(b"x", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
             routing_key="q"))

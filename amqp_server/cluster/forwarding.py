@@ -50,9 +50,10 @@ def header_value(secret: bytes, host: str, port: int, node: str) -> str:
     return preamble(secret, host, port, node)[len(PREFIX):-1].decode()
 
 
-def verify(secret: bytes, fields: str) -> tuple[str, int] | None:
-    """The client's (host, port) from a forwarded line's fields (after the
-    prefix), or None when they are not signed with the secret, or stale."""
+def verify(secret: bytes, fields: str) -> tuple[str, int, str] | None:
+    """(client host, client port, forwarding node) from a forwarded line's
+    fields (after the prefix), or None when they are not signed with the
+    secret, or stale."""
     parts = fields.strip().split(" ")
     if len(parts) != 5:
         return None
@@ -65,7 +66,7 @@ def verify(secret: bytes, fields: str) -> tuple[str, int] | None:
         return None
     if not hmac.compare_digest(mac, _signed(secret, host, port, node, stamp)):
         return None
-    return host, port
+    return host, port, node
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

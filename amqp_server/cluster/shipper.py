@@ -113,6 +113,7 @@ class Shipper:
         self._backlog_bytes = 0
         self._shipped_bytes = 0
         self._watchers: list = []
+        self._waiting: deque[tuple[int, asyncio.Future]] = deque()  # (lsn, future)
         self.segment_sizes: dict[int, int] = {}
         for path in sorted((self.sources.data_dir / "messages").glob("*.seg")):
             try:
@@ -155,6 +156,16 @@ class Shipper:
     def watch(self, owner) -> None:
         self._watchers.append(owner)
 
+    async def settled(self, timeout: float = 60.0) -> None:
+        """Until everything shipped so far is on every in-sync copy
+        (TimeoutError past `timeout`: the answer must not claim it)."""
+        lsn = self.lsn
+        if self.replicated >= lsn:
+            return
+        future = self._loop.create_future()
+        self._waiting.append((lsn, future))
+        await asyncio.wait_for(future, timeout)
+
     # ---- the frontier ----------------------------------------------------
 
     def _advance(self) -> None:
@@ -168,6 +179,11 @@ class Shipper:
         self.replicated = frontier
         for owner in self._watchers:
             owner.replication_progress()
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= frontier:
+            future = waiting.popleft()[1]
+            if not future.done():
+                future.set_result(None)
 
     def _frontier(self) -> int | None:
         """The LSN on every in-sync copy, or None while the set is too small."""

@@ -20,7 +20,6 @@ from policies.model import PolicyError
 from ..broker import definitions
 from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
-from ..cluster import forwarding
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
 from . import console, health, messages, metrics, users, workbench_routes
@@ -30,6 +29,7 @@ from .requests import (
     BadRequest,
     access_control,
     changing_vhost,
+    client_host,
     grant_in,
     listed_vhosts as _vhosts,
     read_body as _body,
@@ -78,7 +78,15 @@ async def auth_and_errors(request: web.Request, handler):
             return response
         request[USER_KEY] = user
     try:
-        return await handler(request)
+        response = await handler(request)
+        if broker.cluster is not None and request.method != "GET":
+            # A clustered leader answers a change once every in-sync copy has it.
+            try:
+                await broker.cluster.settled()
+            except TimeoutError:
+                return _error(503, "service_unavailable",
+                              "the change is not on enough copies yet (too few nodes in sync)")
+        return response
     except web.HTTPException:
         raise
     except KeyError:
@@ -95,18 +103,6 @@ async def auth_and_errors(request: web.Request, handler):
         if exc.code == ACCESS_REFUSED:
             return not_authorised(exc.reply_text)
         return _error(400, "bad_request", f"{exc.code} {exc.reply_text}")
-
-
-def client_host(request: web.Request, broker) -> str:
-    """The client's address: the socket's peer, or, for a request a cluster
-    member forwarded, the client it names (when signed with the secret)."""
-    forwarded = request.headers.get(forwarding.HEADER)
-    config = broker.config
-    if forwarded and config.cluster_etcd:
-        client = forwarding.verify(config.cluster_secret.encode(), forwarded)
-        if client is not None:
-            return client[0]
-    return request.remote or ""
 
 
 def _authenticate(request: web.Request, broker):

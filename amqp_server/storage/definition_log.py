@@ -90,8 +90,10 @@ class DefinitionLog:
         self._loop = None
         self.written = 0      # changes written so far
         self.local_synced = 0  # changes fsynced so far
-        # A clustered leader's replication stream (storage/replication.py).
+        # A clustered leader's replication stream (storage/replication.py);
+        # replies that promise a change wait for it while `replicating`.
         self._shipping: Shipping | None = None
+        self.replicating = False
         self._positions: ReplicatedPositions | None = None
         self._syncing = False
         self._waiting: set = set()
@@ -308,6 +310,7 @@ class DefinitionLog:
         """From now on every change goes to the followers too, and counts as
         synced once it is on every in-sync copy."""
         self._shipping = shipping
+        self.replicating = True
         self._positions = ReplicatedPositions(shipping, self.local_synced)
         shipping.watch(self)
 
@@ -365,6 +368,8 @@ class _NoJournal:
     nothing is ever waited for."""
 
     synced = 0
+    written = 0
+    replicating = False
 
     def pending(self) -> int:
         return 0
