@@ -155,7 +155,7 @@ class ClusterNode:
         if (self._following_task is not None and not self._following_task.done()
                 and self._followed is not None and self._followed.key == leader.key):
             return
-        await self._stop_following()
+        await self._stop_following(keep_copy=True)
         self._followed = leader
         self._following_task = asyncio.ensure_future(self._follow_forever(leader))
 
@@ -185,7 +185,9 @@ class ClusterNode:
                                 "already replaced)")
             await asyncio.sleep(0.1)
 
-    async def _stop_following(self) -> None:
+    async def _stop_following(self, keep_copy: bool = False) -> None:
+        """Stop following; `keep_copy`: the next leader may resume this copy
+        (its files are closed, what it holds is remembered)."""
         self._followed = None
         if self.following is not None:
             self.following.stop()
@@ -196,7 +198,8 @@ class ClusterNode:
         self.following = None
         if self.replica is not None:
             self.replica.close()
-            self.replica = None
+            if not keep_copy:
+                self.replica = None
 
     def _dead_letter_files(self) -> LogFiles:
         config = self.config
@@ -232,6 +235,15 @@ class ClusterNode:
         async with self._role_lock:
             if not self.leadership.leads():
                 return
+            try:
+                in_sync = await self._in_sync_now(term)
+            except EtcdError as exc:
+                log.warning("node %s cannot start leading: %s", self.node, exc)
+                await self.leadership.resign()
+                return
+            # What this node's copy is: the new term's stream continues it.
+            base = ((self.replica.epoch, self.replica.lsn) if self.replica is not None
+                    else (None, 0))
             await self._stop_following()
             await self._stop_forwarding()
             mark_whole(self.data_dir, term.revision)
@@ -241,6 +253,19 @@ class ClusterNode:
             broker.config.management_port = self.ports.get("management", -1)
             broker.config.prometheus_port = self.ports.get("prometheus", -1)
             broker.cluster = self  # /api/nodes, health and metrics read it
+            shipper = None
+
+            def ship_from_boot(booted: Broker) -> None:
+                # Before the loop runs anything else: no write goes unshipped.
+                nonlocal shipper
+                shipper = Shipper(self.node, term.revision, sources_of(booted),
+                                  min_in_sync=config.min_in_sync,
+                                  lag_timeout=config.cluster_lag_timeout / 1000,
+                                  in_sync=in_sync, isr=self._write_isr,
+                                  alive=self.leadership.leads, base=base)
+                attach(booted, shipper)
+
+            server.on_booted = ship_from_boot
             try:
                 await server.start()
             except Exception:
@@ -248,13 +273,6 @@ class ClusterNode:
                 await self.leadership.resign()
                 await self._forward()
                 return
-            in_sync = await self._in_sync_now(term)
-            shipper = Shipper(self.node, term.revision, sources_of(broker),
-                              min_in_sync=config.min_in_sync,
-                              lag_timeout=config.cluster_lag_timeout / 1000,
-                              in_sync=in_sync, isr=self._write_isr,
-                              alive=self.leadership.leads)
-            attach(broker, shipper)
             shipper.start()
             self.server, self.shipper, self.term = server, shipper, term
             self.stats.role = LEADER

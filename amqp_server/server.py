@@ -283,8 +283,11 @@ class Server:
                  port: int | None = None, tls_port: int | None = None,
                  data_dir_lock=None) -> None:
         self.broker = broker or Broker()
-        # A cluster node's lock on its data directory, held across roles.
+        # A cluster node's lock on its data directory, held across roles,
+        # and what it does the moment the broker is booted, before anything
+        # else can run: connect the stores to its replication stream.
         self.data_dir_lock = data_dir_lock
+        self.on_booted = None
         self.host = host if host is not None else self.broker.config.host
         self.port = port if port is not None else self.broker.config.port
         self.tls_port = tls_port if tls_port is not None else self.broker.config.tls_port
@@ -314,6 +317,8 @@ class Server:
         broker.timers.attach(loop)
         for problem in broker.open_data_dir(self.data_dir_lock):
             log.warning("%s", problem)
+        if self.on_booted is not None:
+            self.on_booted(broker)
         if broker.store is not None:
             broker.store.attach(loop)
             broker.journal.attach(loop)

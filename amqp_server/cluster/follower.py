@@ -120,7 +120,7 @@ class Following:
                     self.streaming = self.was_streaming = True
                     log.info("copy from leader %s complete at %d", self.leader, frame[1])
                 elif kind == f.RESUME:
-                    replica.resume(frame[1], frame[2])
+                    replica.resume(frame[1], frame[2], frame[3])
                     self.streaming = self.was_streaming = True
                     log.info("following leader %s from %d", self.leader, frame[2])
                 else:

@@ -10,7 +10,8 @@ Leader to follower:
     ["snap", epoch, lsn]                 a full copy follows: forget yours
     ["file", path, offset, bytes]        a piece of one file of the copy
     ["ready", lsn]                       the copy is whole, up to `lsn`
-    ["resume", epoch, lsn]               your copy is good: frames after `lsn` follow
+    ["resume", epoch, lsn, from epoch]   your copy (`lsn` of term `from epoch`) is
+                                         good: frames of term `epoch` after it follow
     ["m", lsn, [[segment, bytes]...], [doomed segment...]]
                                          a message store flush
     ["d", lsn, bytes]                    one definition log record

@@ -98,10 +98,15 @@ class Replica:
         self.lsn = lsn
         mark_whole(self.data_dir, self.epoch)
 
-    def resume(self, epoch: int, lsn: int) -> None:
-        if epoch != self.epoch or lsn != self.lsn:
-            raise f.FrameError(f"cannot resume at {epoch}/{lsn}: this copy is at "
+    def resume(self, epoch: int, lsn: int, from_epoch: int) -> None:
+        """Go on from `lsn` in term `epoch`: this copy must be at `lsn` of
+        `from_epoch` (the same term, or the copy a new leader started from)."""
+        if from_epoch != self.epoch or lsn != self.lsn:
+            raise f.FrameError(f"cannot resume at {from_epoch}/{lsn}: this copy is at "
                                f"{self.epoch}/{self.lsn}")
+        if epoch != self.epoch:
+            self.epoch = epoch
+            mark_whole(self.data_dir, epoch)
 
     # ---- the stream ------------------------------------------------------
 

@@ -89,7 +89,8 @@ class Shipper:
                  lag_timeout: float = 2.0, in_sync: tuple[str, ...] = (),
                  isr: Callable[[tuple[str, ...]], Awaitable[None]] | None = None,
                  alive: Callable[[], bool] = lambda: True,
-                 on_hold: Callable[[bool], None] = lambda held: None) -> None:
+                 on_hold: Callable[[bool], None] = lambda held: None,
+                 base: tuple[int | None, int] = (None, 0)) -> None:
         self.node = node
         self.epoch = epoch
         self.sources = sources
@@ -102,8 +103,11 @@ class Shipper:
         self.alive = alive
         self.on_hold = on_hold
         self.held = False
-        self.lsn = 0
-        self.replicated = 0
+        # This term's stream continues the copy the leader was elected with:
+        # `base` is (the term it came from, its last frame), and a follower
+        # holding exactly that copy resumes without a new one.
+        self.base = base
+        self.lsn = self.replicated = base[1]
         self.links: dict[str, Link] = {}
         # What each follower has on disk of this stream, kept when its
         # connection drops: it is still on its disk (-1: nothing yet).
@@ -254,7 +258,7 @@ class Shipper:
             acked = self.acked.get(name, -1)
             if acked >= self.lsn:
                 continue  # nothing waits for it (an idle leader has lsn 0)
-            since = self._shipped_at(max(acked + 1, 1))
+            since = self._shipped_at(max(acked, self.base[1]) + 1)
             if since is None:  # its frames are no longer kept: far behind
                 since = now - self.lag_timeout - 1
             if now - since > self.lag_timeout:
@@ -327,7 +331,12 @@ class Shipper:
         backlog = self._backlog
         first = backlog[0][0] if backlog else self.lsn + 1
         if (epoch == self.epoch and isinstance(lsn, int) and first - 1 <= lsn <= self.lsn):
-            link.send(f.encode([f.RESUME, self.epoch, lsn]))
+            link.send(f.encode([f.RESUME, self.epoch, lsn, epoch]))
+            start = lsn
+        elif (epoch is not None and (epoch, lsn) == self.base
+              and (not backlog or first == self.base[1] + 1)):
+            # The same copy this leader started from: nothing is missing.
+            link.send(f.encode([f.RESUME, self.epoch, lsn, epoch]))
             start = lsn
         else:
             # The follower forgets its copy before it takes this one: what
