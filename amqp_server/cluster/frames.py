@@ -17,7 +17,7 @@ Leader to follower:
     ["d", lsn, bytes]                    one definition log record
     ["dr", lsn, bytes]                   the definition log compacted: its new content
     ["p", lsn, bytes]                    the policies document
-    ["l", lsn, node, [[head, header, body]...]]
+    ["l", lsn, node, log id, [[head, header, body, number]...]]
                                          dead-letter log events, `node` dead-lettered them
 
 Follower to leader:

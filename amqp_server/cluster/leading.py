@@ -30,8 +30,9 @@ def attach(broker, shipper: Shipper) -> None:
     broker.journal.ship_to(shipper)
     broker.policies.on_saved = lambda document: shipper.ship([f.POLICIES, 0, document])
     node = shipper.node
+    log_id = broker.dead_letter_log.log_id
     broker.dead_letter_log.on_batch = lambda batch: shipper.ship(
-        [f.DEAD_LETTERS, 0, node, [list(event) for event in batch]])
+        [f.DEAD_LETTERS, 0, node, log_id, [list(event) for event in batch]])
     shipper.on_hold = broker.replication_held
 
 

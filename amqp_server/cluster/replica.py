@@ -132,7 +132,8 @@ class Replica:
                 write_document(self.data_dir / f.POLICIES_FILE, frame[2])
             elif kind == f.DEAD_LETTERS:
                 if self.dead_letter_files is not None:
-                    write_batch(self.dead_letter_files, frame[3], self.body_limit, frame[2])
+                    write_batch(self.dead_letter_files, frame[4], self.body_limit, frame[2],
+                                frame[3])
             else:
                 raise f.FrameError(f"unknown frame {kind!r}")
             self.lsn = lsn
