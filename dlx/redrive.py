@@ -12,7 +12,10 @@ exchange (`dlx/addresses.py`); it is used when there is no `x-death`.
 
 The headers are left as they are, `x-death` included, so a message that
 dies again counts on from its earlier deaths (3.13 honours a published
-`x-death`).
+`x-death`).  One is added: `x-redrive-count`, how often the message was
+redriven, so that a message that died again after a redrive is told from
+one a dead-letter loop brought back (both die again in a queue they died
+in before: the audit reads the header from the dead-letter log).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import datetime
 import hashlib
 import json
 from dataclasses import dataclass
+
+from amqp_server.wire.table import FieldTable
 
 from .addresses import ORIG_ADDRESS, ORIG_QUEUE
 from .deaths import REASONS, Death, DeathHistory, history_from_headers
@@ -33,6 +38,8 @@ DEAD_LETTER_PREFIXES = ("DLQ.", "EXP.")
 
 FROM_X_DEATH = "x-death"
 FROM_ADDRESS = ORIG_ADDRESS
+# Times the message was redriven: a long, as x-delivery-count.
+REDRIVE_COUNT = "x-redrive-count"
 
 
 def named_like_dead_letters(name: str) -> bool:
@@ -84,6 +91,23 @@ def origin_of(headers, routing_key: str, exchanges) -> Origin | None:
             return Origin(address, (routing_key,), FROM_ADDRESS)
         return Origin("", (address,), FROM_ADDRESS)
     return None
+
+
+def redrive_count(headers) -> int:
+    """How often the message was redriven (0: never, or a count this
+    broker did not write)."""
+    count = (headers or {}).get(REDRIVE_COUNT)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def redriven_headers(headers) -> FieldTable:
+    """The headers of a redriven copy: the message's own, `x-death`
+    included, with REDRIVE_COUNT one more."""
+    copy = FieldTable(headers or {})
+    copy.types.update(getattr(headers, "types", None) or {})
+    copy[REDRIVE_COUNT] = redrive_count(headers) + 1
+    copy.types[REDRIVE_COUNT] = "long"
+    return copy
 
 
 @dataclass(frozen=True)
@@ -204,7 +228,7 @@ def parse_time(value, name: str) -> int:
 # ---- replay candidates from the audit ----------------------------------------
 
 CANDIDATE_FIELDS = ("node", "vhost", "queue", "message_id", "body_sha256", "died_in",
-                    "reason", "exchange", "routing_keys", "time")
+                    "reason", "exchange", "routing_keys", "time", "expires_again")
 
 
 @dataclass(frozen=True)

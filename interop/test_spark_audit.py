@@ -1,8 +1,10 @@
 """The Spark audit on the dead-letter log one broker itself wrote: pika
 produces dead letters of every reason and every drop cause, the audit's
 numbers are checked exactly against what was produced, a re-run reads
-nothing new, the replay file names exactly the messages to move back, and
-a broker without dead letters yet is "0 dead letters".
+nothing new, the replay file names exactly the messages to move back (and
+marks those their queue's TTL expires again), a redriven message that
+dies again is not a cycle, the charts count in whole numbers, `--quiet`
+is quiet, and a broker without dead letters yet is "0 dead letters".
 
 One SparkSession serves every local run (session-scoped fixture); the fleet,
 the standalone cluster and Spark Connect are in test_spark_fleet.py."""
@@ -10,8 +12,12 @@ the standalone cluster and Spark Connect are in test_spark_fleet.py."""
 from __future__ import annotations
 
 import csv
+import html
 import json
+import re
 import shutil
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +33,7 @@ from .waiting import wait_for, wait_get
 
 pyspark = pytest.importorskip("pyspark")
 
+from spark import charts, report  # noqa: E402
 from spark.audit import main, parser  # noqa: E402
 from spark.compact import UNIQUE_COLUMNS  # noqa: E402
 from spark.job import run  # noqa: E402
@@ -154,6 +161,7 @@ EXPECTED = {
                        "target_full": 1},
     "messages": 3 + 2 + 2 + 1 + 4 + 1 + 1,
     "cycled_messages": 1,
+    "died_again_after_redrive": 0,
     "queues": 10,
     "nodes": 1,
 }
@@ -216,6 +224,7 @@ def test_every_reason_and_drop_cause_is_counted_exactly(spark, broker_data, tmp_
         assert written[key] == value, key
     assert summary["_run"]["compacted_files"] == 1
     assert written["replay_candidates"] == 2 + 2  # the expired and maxlen ones
+    assert written["replay_candidates_expiring_again"] == 2  # quotes has a message TTL
 
     tables = tmp_path / "tables"
     drops = {(r["drop_cause"], r["reason"]): int(r["events"])
@@ -266,7 +275,7 @@ def test_replay_file_names_each_message_and_the_queue_it_waits_in(spark, broker_
         "expired-0", "expired-1", "maxlen-0", "maxlen-1"]
     expired = next(line for line in lines if line["message_id"] == "expired-0")
     assert set(expired) == {"node", "vhost", "queue", "message_id", "body_sha256", "died_in",
-                            "reason", "exchange", "routing_keys", "time"}
+                            "reason", "exchange", "routing_keys", "time", "expires_again"}
     assert expired["node"] == "broker-a" and expired["vhost"] == "/"
     assert expired["queue"] == "dlq" and expired["died_in"] == "quotes"
     assert expired["reason"] == "expired"
@@ -402,3 +411,164 @@ def test_bad_input_gets_clear_errors(tmp_path, capsys):
     assert main(["--data-dir", str(tmp_path / "one"), "--data-dir", str(tmp_path / "two"),
                  "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "give --parquet-dir" in capsys.readouterr().err
+
+
+def test_only_candidates_their_queues_ttl_expired_are_marked_to_expire_again(spark, tmp_path):
+    """x-death keeps a message's own expiration (original-expiration) and
+    the dead letter loses it, so a redriven copy does not expire by it
+    again; a queue's TTL stays with the queue and expires the copy again."""
+    data_dir = tmp_path / "ttl"
+    with running_broker(data_dir, "ttl") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("quotes", arguments={"x-dead-letter-exchange": "dlx",
+                                              "x-message-ttl": 10})
+        publish(ch, "quotes", "queue-ttl")
+        ch.queue_declare("offers", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "offers", "own-ttl", expiration="10")
+        wait_depth(ch, "dlq", 2)
+        assert wait_for(lambda: logged_events(data_dir) == 2)  # the writer is a process
+        summary = audit(spark, data_dir, tmp_path / "out", "--replay-candidates")
+
+    out = tmp_path / "out"
+    table = read_csv(out / "tables" / "replay_candidates.csv")
+    assert {row["message_id"]: row["expires_again"] for row in table} == {
+        "queue-ttl": "true", "own-ttl": "false"}
+    lines = [json.loads(line) for line in (out / "replay-candidates.ndjson").read_text()
+             .splitlines()]
+    assert {line["message_id"]: line["expires_again"] for line in lines} == {
+        "queue-ttl": True, "own-ttl": False}
+    assert summary["replay_candidates"] == 2
+    assert summary["replay_candidates_expiring_again"] == 1
+    (note,) = summary["notes"]
+    assert note.startswith("replay candidates that expired by their queue's own TTL")
+    assert html.escape(note) in (out / "report.html").read_text()
+
+
+def test_a_message_redriven_that_dies_again_is_told_from_a_cycle(spark, tmp_path):
+    """Both die again in a queue they died in before, for the same reason
+    (x-death counts 2 there): one because an operator sent it back
+    (`amqpctl redrive`, which counts itself on the message), the other
+    because the dead-letter exchanges brought it back.  Only the second
+    cycled; the first died again after a redrive."""
+    data_dir = tmp_path / "redrive"
+    with running_broker(data_dir, "redrive") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "orders", "redriven")
+        reject_all(ch, "orders", 1)
+        wait_depth(ch, "dlq", 1)
+        assert ctl.main(["--port", str(broker.management_port), "redrive", "dlq"]) == 0
+        wait_depth(ch, "orders", 1)
+        method, props, _ = ch.basic_get("orders")
+        assert props.headers["x-redrive-count"] == 1
+        assert props.headers["x-death"][0]["count"] == 1
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        wait_depth(ch, "dlq", 1)
+
+        for queue, back_to in (("work", "retry"), ("retry", "work")):
+            ch.exchange_declare(f"to-{back_to}", "fanout")
+            ch.queue_declare(queue, arguments={"x-dead-letter-exchange": f"to-{back_to}"})
+        for queue in ("work", "retry"):
+            ch.queue_bind(queue, f"to-{queue}")
+        publish(ch, "work", "looped")
+        for queue in ("work", "retry", "work"):
+            wait_depth(ch, queue, 1)
+            reject_all(ch, queue, 1)
+        assert wait_for(lambda: logged_events(data_dir) == 2 + 3)
+        summary = audit(spark, data_dir, tmp_path / "out")
+
+    assert (summary["died_again_after_redrive"], summary["cycled_messages"]) == (1, 1)
+    cycles = read_csv(tmp_path / "out" / "tables" / "cycles.csv")
+    assert {row["message"] for row in cycles} == {"looped"}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<div>died again after a redrive<b>1</b></div>" in page
+    assert "died again after a redrive" in report.terminal_summary(summary, tmp_path)
+
+
+def test_count_axes_tick_whole_numbers_only(spark, broker_data, tmp_path, monkeypatch):
+    """A few dead letters per queue gave ticks at 0.5, 2.5...; read from the
+    figures the report draws, every chart's count axis (the labelled one)
+    ticks whole numbers."""
+    counted = []
+    draw = charts._png
+
+    def recording(figure):
+        axes = figure.axes[0]
+        axis = axes.xaxis if axes.get_xlabel() else axes.yaxis
+        counted.append((axis.get_label_text(), [float(tick) for tick in axis.get_ticklocs()]))
+        return draw(figure)
+
+    monkeypatch.setattr(charts, "_png", recording)
+    audit(spark, broker_data, tmp_path)
+    assert len(counted) == 5
+    assert {label for label, _ in counted} == {"dead letters", "dropped"}
+    for label, ticks in counted:
+        assert ticks and all(tick.is_integer() for tick in ticks), (label, ticks)
+
+
+# Spark's log lines (log4j's pattern, or its JSON layout) and log4j's own.
+JVM_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d [A-Z]+ |log4j|\"logger\":",
+                          re.MULTILINE)
+
+
+def test_quiet_prints_nothing_of_the_jvms_start(broker_data, tmp_path):
+    """Spark's launcher always adds an incubator module, which Java announces
+    on stderr before any log setting applies; Spark's log is kept to errors."""
+    data_dir = tmp_path / "copy"
+    shutil.copytree(broker_data / "dead-letters", data_dir / "dead-letters")
+    result = subprocess.run(
+        [sys.executable, "-m", "spark.audit", "--data-dir", str(data_dir),
+         "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == ""
+    assert "Using incubator modules" not in result.stderr
+    assert not JVM_LOG_LINE.search(result.stderr), result.stderr
+    assert (tmp_path / "out" / "report.html").exists()
+
+
+SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def test_a_dataset_compacted_before_redrives_were_counted_reads_as_before(
+        spark, broker_data, tmp_path):
+    """Parquet files an earlier version compacted have no `redrives`
+    column: no redrive recorded itself then, so none is counted."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    data_dir = tmp_path / "older"
+    shutil.copytree(broker_data / "dead-letters", data_dir / "dead-letters")
+    first = audit(spark, data_dir, tmp_path / "a")
+    files = list((data_dir / "dead-letters-parquet" / "events").rglob("*.parquet"))
+    assert files
+    for path in files:
+        table = pq.ParquetFile(path).read()
+        metadata = dict(table.schema.metadata)
+        spark_schema = json.loads(metadata[SPARK_ROW_METADATA])
+        spark_schema["fields"] = [field for field in spark_schema["fields"]
+                                  if field["name"] != "redrives"]
+        metadata[SPARK_ROW_METADATA] = json.dumps(spark_schema).encode()
+        pq.write_table(table.drop_columns(["redrives"]).replace_schema_metadata(metadata),
+                       path)
+        (path.parent / f".{path.name}.crc").unlink()  # Hadoop's checksum of the old file
+    again = audit(spark, data_dir, tmp_path / "b")
+    assert again["_run"]["compacted_files"] == 0
+    assert {k: v for k, v in first.items() if k != "_run"} == \
+        {k: v for k, v in again.items() if k != "_run"}
+
+
+def test_count_headers_a_publisher_set_to_text_count_nothing(spark, tmp_path):
+    """x-redrive-count and x-delivery-count are the broker's, but a publisher
+    may send anything under those names: text is no count, and fails no
+    audit (Spark's ANSI cast would)."""
+    data_dir = tmp_path / "odd"
+    with running_broker(data_dir, "odd") as broker, pika_channel(broker.url) as ch:
+        declare_dlq(ch)
+        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+        publish(ch, "orders", "odd", headers={"x-redrive-count": "often",
+                                              "x-delivery-count": "many"})
+        reject_all(ch, "orders", 1)
+        assert wait_for(lambda: logged_events(data_dir) == 1)
+        summary = audit(spark, data_dir, tmp_path / "out")
+    assert (summary["events"], summary["died_again_after_redrive"]) == (1, 0)
+    (row,) = read_csv(tmp_path / "out" / "tables" / "delivery_counts.csv")
+    assert row["delivery_count"] == ""

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .buckets import BUCKET_LABELS  # noqa: E402
 
@@ -20,6 +21,12 @@ MAX_BARS = 15
 # A time axis keeps every bar but names at most this many: three days of
 # hourly bars named one by one overlapped into an unreadable band.
 MAX_TIME_LABELS = 15
+
+
+def _count_ticks() -> MaxNLocator:
+    """matplotlib's default ticks (AutoLocator's steps), whole numbers only:
+    there are no 2.5 dead letters."""
+    return MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True)
 
 
 def _png(figure) -> str:
@@ -85,6 +92,7 @@ def stacked(labels: list[str], stacks: dict[str, list[int]], ylabel: str,
         else:
             axes.bar(labels, values, bottom=base, color=colours[name], label=name)
         base = [a + b for a, b in zip(base, values)]
+    (axes.xaxis if horizontal else axes.yaxis).set_major_locator(_count_ticks())
     if horizontal:
         axes.set_xlabel(ylabel)
     else:

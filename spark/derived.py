@@ -13,6 +13,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from dlx.redrive import REDRIVE_COUNT
+
 from .buckets import LAST_BUCKET, TIME_BUCKETS
 
 
@@ -21,11 +23,24 @@ def _time_bucket(seconds: str) -> str:
     return f"CASE WHEN {seconds} IS NULL THEN NULL {steps} ELSE '{LAST_BUCKET}' END"
 
 
+# How often the workbench had redriven the message before this death
+# (dlx/redrive.py); try_cast: a header of that name a publisher set to
+# something else is no count, and fails no audit (Spark's ANSI cast would).
+_REDRIVES = f"coalesce(try_cast(headers['{REDRIVE_COUNT}'] AS BIGINT), 0)"
+# A death in a queue the message died in before for the same reason (an
+# x-death count above 1) that its redrives do not explain: it came back
+# there by dead-lettering.  Each redrive can account for one such repeat:
+# a message redriven to the queue it died in and dying there again is not
+# a cycle.  Or it was dropped because the dead-letter target closed a
+# cycle (RabbitMQ's is_cycle).
 # `deaths`.`count` rather than the structs: Spark then reads only that field
 # of the nested column.  array_max rather than exists(..., n -> n > 1): a
 # lambda is evaluated row by row outside Spark's generated code (compaction
-# of 1M events: about 0.5 s less).
-_CYCLED = "coalesce(drop_cause = 'cycle', false) OR array_max(deaths.`count`) > 1"
+# of 1M events: about 0.5 s less); the repeats are added up only for the
+# messages that were redriven.
+_CYCLED = (f"coalesce(drop_cause = 'cycle', false) OR IF({_REDRIVES} = 0, "
+           "array_max(deaths.`count`) > 1, "
+           f"aggregate(deaths.`count`, 0L, (total, n) -> total + n - 1) > {_REDRIVES})")
 
 # (name, Spark SQL, type)
 DERIVED: tuple[tuple[str, str, T.DataType], ...] = (
@@ -34,8 +49,8 @@ DERIVED: tuple[tuple[str, str, T.DataType], ...] = (
     # Deaths so far, this one included: the x-death counts added up.
     ("deaths_so_far", "aggregate(deaths.`count`, 0L, (total, n) -> total + n)",
      T.LongType()),
-    # Died in the same queue for the same reason more than once, or dropped
-    # because the dead-letter target closed a cycle.
+    ("redrives", _REDRIVES, T.LongType()),
+    # Came back by dead-lettering to a queue it had died in (see _CYCLED).
     ("cycled", _CYCLED, T.BooleanType()),
     # For those, the queues it died in, with repeats: "a x2 -> b".  x-death
     # moves an entry to the front each time it dies there again, so reversed
@@ -47,7 +62,7 @@ DERIVED: tuple[tuple[str, str, T.DataType], ...] = (
     ("publish_to_death",
      _time_bucket("(time / 1000000 - CAST(properties['timestamp'] AS BIGINT))"),
      T.StringType()),
-    ("delivery_count", "CAST(headers['x-delivery-count'] AS BIGINT)", T.LongType()),
+    ("delivery_count", "try_cast(headers['x-delivery-count'] AS BIGINT)", T.LongType()),
     # x-death lists the most recent death first: the last entry is the
     # first death, with the exchange and keys it was originally published to.
     ("original_exchange", "element_at(deaths, -1).exchange", T.StringType()),

@@ -111,7 +111,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     fact_rows, (repeats,) = fetched.pop("facts"), fetched.pop("repeats").to_pylist()
     fetched.update(fact_tables.from_facts(fact_rows, split))
     totals = fact_tables.totals(fact_rows, split)
-    summary = tables.summary(totals, repeats["repeats"])
+    summary = tables.summary(totals, repeats["repeats"], repeats["died_again_after_redrive"])
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()
     repeated.unpersist()
@@ -127,6 +127,10 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     if args.replay_candidates:
         write_replay_file(replay_path, written["replay_candidates"])
         summary["replay_candidates"] = len(written["replay_candidates"].rows)
+        again = sum(1 for row in written["replay_candidates"].dicts() if row["expires_again"])
+        summary["replay_candidates_expiring_again"] = again
+        if again:
+            notes.append(report.expiring_again_note(again))
     summary["queues"] = len({(row["vhost"], row["queue"])
                              for row in written["reasons_per_queue"].dicts()})
     summary["nodes"] = len(written["by_node"].rows)

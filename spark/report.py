@@ -23,14 +23,16 @@ TITLES = {
     "by_exchange": "By exchange (the one it was last published to)",
     "top_poison": "Top poison messages: died twice or more (x-death total or deaths in the "
                   "log), by message-id, else body digest; most deaths first, at most 100",
-    "cycles": "Messages that cycled, with their path (first death first)",
+    "cycles": "Messages that cycled: dead-lettered back to a queue they had died in (not "
+              "redriven there), with their path (first death first)",
     "time_to_death": "Time from publish (timestamp property) to death",
     "delivery_counts": "Deaths so far and quorum delivery counts",
     "reasons_per_queue": "Expired against rejected, per queue",
     "first_to_last": "First-death queue to the queue it died in last",
     "drops": "Dead letters that went nowhere, by cause",
-    "replay_candidates": "Safe to move back (died once, transient reason, in a dead-letter "
-                         "queue now); also in replay-candidates.ndjson",
+    "replay_candidates": "Replay candidates (died once, transient reason, in a dead-letter "
+                         "queue now; expires_again: its queue's own TTL expired it, and will "
+                         "again if it goes back there); also in replay-candidates.ndjson",
 }
 
 
@@ -47,6 +49,8 @@ def cell(value) -> str:
     """One value as text, the same in the CSV, the HTML and the terminal."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return "; ".join(cell(v) for v in value)
     if isinstance(value, datetime):
@@ -89,7 +93,8 @@ def _html_table(table: Table) -> str:
     body = []
     for row in table.rows[:MAX_HTML_ROWS]:
         cells = "".join(
-            f'<td class="n">{v}</td>' if isinstance(v, int) else f"<td>{html.escape(cell(v))}</td>"
+            f'<td class="n">{v}</td>' if isinstance(v, int) and not isinstance(v, bool)
+            else f"<td>{html.escape(cell(v))}</td>"
             for v in row)
         body.append(f"<tr>{cells}</tr>")
     more = len(table.rows) - MAX_HTML_ROWS
@@ -120,6 +125,13 @@ def _charts(tables: dict[str, Table]) -> dict[str, str | None]:
     }
 
 
+def expiring_again_note(count: int) -> str:
+    return ("replay candidates that expired by their queue's own TTL (x-death records no "
+            f"expiration of the message's own): {count}; redriven to that queue, such a "
+            "message expires again when the TTL runs out unless a consumer takes it first "
+            "(marked expires_again)")
+
+
 def headline(summary: dict) -> str:
     events = summary["events"]
     return f"{events} dead letter{'' if events == 1 else 's'}"
@@ -130,7 +142,9 @@ def render_html(summary: dict, tables: dict[str, Table]) -> str:
         f"<div>{html.escape(label)}<b>{summary.get(key, 0)}</b></div>"
         for key, label in (("events", "events"), ("dead_lettered", "dead-lettered"),
                            ("dropped", "dropped"), ("messages", "distinct messages"),
-                           ("cycled_messages", "cycled"), ("queues", "queues"),
+                           ("cycled_messages", "cycled"),
+                           ("died_again_after_redrive", "died again after a redrive"),
+                           ("queues", "queues"),
                            ("nodes", "brokers")))
     notes = "".join(f"<p class='note'>{html.escape(note)}</p>" for note in summary["notes"])
     reasons = "".join(f"<tr><td>{html.escape(k)}</td><td class='n'>{v}</td></tr>"
@@ -154,12 +168,16 @@ def render_html(summary: dict, tables: dict[str, Table]) -> str:
 
 # ---- the terminal ------------------------------------------------------------------
 
+LABELS = {"died_again_after_redrive": "died again after a redrive"}
+
+
 def terminal_summary(summary: dict, out: Path) -> str:
     table = RichTable(title=f"Dead-letter audit: {headline(summary)}", show_header=True)
     table.add_column("what")
     table.add_column("count", justify="right")
-    for key in ("events", "dead_lettered", "dropped", "messages", "cycled_messages", "nodes"):
-        table.add_row(key.replace("_", " "), str(summary[key]))
+    for key in ("events", "dead_lettered", "dropped", "messages", "cycled_messages",
+                "died_again_after_redrive", "nodes"):
+        table.add_row(LABELS.get(key, key.replace("_", " ")), str(summary[key]))
     for reason, count in summary["by_reason"].items():
         if count:
             table.add_row(f"reason {reason}", str(count))

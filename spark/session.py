@@ -3,7 +3,8 @@
 belongs on the command line (`--conf spark.driver.memory=4g`).
 
 What is set is for a quick start on a small machine: the driver JVM maps a
-class-data archive and logs errors only (jvm_start.py), and the JVMs and
+class-data archive and logs errors only (jvm_start.py), its incubator-module
+warning is left out of stderr (jvm_stderr.py), and the JVMs and
 Spark compile no more than the input is worth (sizing.py), because a short
 run spends more time compiling than running (measured on 2 cores: a
 46-event audit used 28 s of JVM CPU with the defaults).  `quick_jit`
@@ -23,6 +24,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from . import jvm_start
+from .jvm_stderr import without_chatter
 from .sizing import Sizing
 
 # Small aggregates: a few shuffle partitions beat Spark's default 200.
@@ -112,7 +114,10 @@ def build_session(master: str | None = None, remote: str | None = None,
     # --conf wins over the defaults above.
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if remote:
+        return builder.getOrCreate()
+    with without_chatter():  # the driver JVM starts here, and inherits stderr
+        return builder.getOrCreate()
 
 
 def sql_conf(sizing: Sizing | None) -> dict[str, str]:

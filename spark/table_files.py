@@ -49,6 +49,7 @@ def replay_lines(candidates: Table) -> list[dict]:
                 "exchange": died["original_exchange"],
                 "routing_keys": list(died["original_routing_keys"] or ()),
                 "time": died["time"].isoformat(timespec="microseconds"),
+                "expires_again": died["expires_again"],
             })
     return lines
 

@@ -107,6 +107,17 @@ PREPARED = (
     # table and the count of cycled messages come from it (NULL for others).
     "IF(cycled, message, NULL) AS cycled_message",
     "death_path AS cycle_path",
+    # Died after the workbench redrove it (compacted before the count was
+    # derived: NULL, and no redrive recorded it then).
+    "coalesce(redrives, 0) > 0 AS redriven",
+    # Expired, and x-death records no expiration of its own: its queue's
+    # TTL (x-message-ttl, a message-ttl policy, an address's expiry delay)
+    # expired it, and does so again when it is redriven there.  RabbitMQ
+    # keeps a message's own expiration in its x-death entry
+    # (original-expiration) and removes it from the dead letter, so a
+    # redriven copy of such a message does not expire by it again.
+    ("reason = 'expired' AND try_element_at(deaths.original_expiration, 1) IS NULL "
+     "AS expires_again"),
 )
 
 
@@ -141,13 +152,14 @@ def _sorted(frame: DataFrame, keys: list) -> DataFrame:
     return frame.coalesce(1).sortWithinPartitions(*keys)
 
 
-def summary(row: dict, repeats: int) -> dict:
+def summary(row: dict, repeats: int, died_again_after_redrive: int = 0) -> dict:
     """The summary dict from the headline counts (fact_tables.totals) and
     the `repeats` (the queue and node counts come with the tables)."""
     return {
         "events": row["events"] or 0,
         "messages": (row["events"] or 0) - repeats,
         "cycled_messages": row["cycled_messages"],
+        "died_again_after_redrive": died_again_after_redrive,
         "dead_lettered": row["dead_lettered"] or 0,
         "dropped": row["dropped"] or 0,
         "by_reason": {reason: row[reason] or 0 for reason in REASONS},
@@ -181,7 +193,7 @@ def per_message(prepared: DataFrame, split: Split) -> DataFrame:
     """One row per message (per node and message with `by_node`): about as
     many rows as events, so only `repeated` is kept of it."""
     return prepared.groupBy(*split.keys("vhost", "message")).agg(*_exprs(
-        "count(1) AS events", "max(deaths_so_far) AS deaths", "bool_or(cycled) AS cycled",
+        "count(1) AS events", "max(deaths_so_far) AS deaths", "bool_or(redriven) AS redriven",
         "min(time) AS first", "max(time) AS last"))
 
 
@@ -195,8 +207,11 @@ def repeated(messages: DataFrame) -> DataFrame:
 def repeats(repeated: DataFrame) -> DataFrame:
     """Deaths in the log beyond each message's first: every message that
     died more than once is in `repeated`, so the events less these are the
-    distinct messages, without a second pass over them all."""
-    return repeated.selectExpr("coalesce(sum(events - 1), 0) AS repeats")
+    distinct messages, without a second pass over them all.  So is every
+    message that died again after a redrive (x-death counts on through a
+    redrive): those are counted here too."""
+    return repeated.selectExpr("coalesce(sum(events - 1), 0) AS repeats",
+                               "count_if(redriven) AS died_again_after_redrive")
 
 
 def top_poison(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFrame:
@@ -217,9 +232,13 @@ def top_poison(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFr
 
 
 def replay_candidates(prepared: DataFrame, repeated: DataFrame, split: Split) -> DataFrame:
-    """Dead letters safe to send back: messages that died once only, for a
+    """Dead letters to send back: messages that died once only, for a
     transient reason, and wait in a dead-letter queue.  Their original
-    exchange and routing keys are those of that one death."""
+    exchange and routing keys are those of that one death.  Those their
+    queue's TTL expired are kept, marked `expires_again`: the audit cannot
+    tell whether that queue still expires them before a consumer comes
+    (it can, after an outage of its consumers; a delay queue always
+    does), the operator can."""
     identity = split.keys("vhost", "message")
     transient = ", ".join(f"'{reason}'" for reason in TRANSIENT_REASONS)
     return _sorted(
@@ -228,7 +247,7 @@ def replay_candidates(prepared: DataFrame, repeated: DataFrame, split: Split) ->
         .join(repeated.select(*identity), identity, "left_anti")
         .selectExpr("timestamp_micros(time) AS time", "node", "vhost", "queue", "reason",
                     "message_id", "body_sha256", "original_exchange",
-                    "original_routing_keys", "target_queues"),
+                    "original_routing_keys", "target_queues", "expires_again"),
         ["time", "node", "vhost", "queue", "message_id", "body_sha256"])
 
 

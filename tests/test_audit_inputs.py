@@ -59,16 +59,18 @@ def test_replay_lines_are_one_per_message_and_queue_it_waits_in(tmp_path):
     died = datetime(2026, 11, 23, 14, 0, 0, 123456, tzinfo=timezone.utc)
     table = Table(
         ["time", "node", "vhost", "queue", "reason", "message_id", "body_sha256",
-         "original_exchange", "original_routing_keys", "target_queues"],
+         "original_exchange", "original_routing_keys", "target_queues", "expires_again"],
         [(died, "eu-1", "/", "orders", "expired", None, "ab" * 32, "shop", ["o.eu"],
-          ["dlq", "audit-dlq"]),
-         (died, "eu-1", "/", "orders", "maxlen", "m-2", "cd" * 32, "shop", ["o.eu"], [])])
+          ["dlq", "audit-dlq"], True),
+         (died, "eu-1", "/", "orders", "maxlen", "m-2", "cd" * 32, "shop", ["o.eu"], [],
+          False)])
     lines = replay_lines(table)
     assert lines == [
         {"node": "eu-1", "vhost": "/", "queue": queue, "message_id": None,
          "body_sha256": "ab" * 32, "died_in": "orders", "reason": "expired",
          "exchange": "shop", "routing_keys": ["o.eu"],
-         "time": "2026-11-23T14:00:00.123456+00:00"} for queue in ("dlq", "audit-dlq")]
+         "time": "2026-11-23T14:00:00.123456+00:00", "expires_again": True}
+        for queue in ("dlq", "audit-dlq")]
     write_replay_file(tmp_path / "replay.ndjson", table)
     assert [json.loads(line) for line in
             (tmp_path / "replay.ndjson").read_text().splitlines()] == lines

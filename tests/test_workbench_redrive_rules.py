@@ -12,6 +12,7 @@ from dlx.deaths import DeathHistory, record_death, render_headers
 from dlx.redrive import (
     FROM_ADDRESS,
     FROM_X_DEATH,
+    REDRIVE_COUNT,
     Filter,
     body_digest,
     facts_of,
@@ -21,6 +22,8 @@ from dlx.redrive import (
     parse_candidates,
     parse_filter,
     parse_time,
+    redrive_count,
+    redriven_headers,
 )
 
 
@@ -48,6 +51,19 @@ def test_the_first_death_is_found_by_its_headers_even_after_it_moved_to_the_fron
                    ("orders", "rejected", "other", ("later",), 300))
     assert headers["x-death"][0]["queue"] == "orders"
     assert origin_of(headers, "x", exchanges=set()).routing_keys == ("o",)
+
+
+def test_a_redriven_copy_counts_its_redrives_and_keeps_every_other_header():
+    headers = died(("orders", "rejected", "shop", ("o",), 100), extra={"trace": "t-1"})
+    once = redriven_headers(headers)
+    twice = redriven_headers(once)
+    assert [redrive_count(h) for h in (headers, once, twice)] == [0, 1, 2]
+    assert twice.types[REDRIVE_COUNT] == "long"
+    assert twice["x-death"] == headers["x-death"] and twice["trace"] == "t-1"
+    assert REDRIVE_COUNT not in headers  # the message's own are left as they were
+    # A header of that name a publisher set to something else counts nothing.
+    assert redrive_count({REDRIVE_COUNT: "often"}) == 0
+    assert redrive_count({REDRIVE_COUNT: True}) == 0
 
 
 def test_without_first_death_headers_the_oldest_entry_is_the_first():

@@ -29,15 +29,16 @@ import itertools
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from dlx.redrive import origin_of
+from dlx.redrive import origin_of, redriven_headers
 
-from ..broker.message import InvalidMessage, Message
+from ..broker.message import HEADER_PREFIX, InvalidMessage, Message
 from ..broker.permissions import WRITE
 from ..broker.queue import REJECTED
 from ..errors import AMQPError
 from ..remote_publisher import CONFIRMED, RETURNED, AmqpUri, RemoteError, RemotePublisher
+from ..wire.properties import encode_properties
 
 log = logging.getLogger("amqp_server.workbench")
 
@@ -176,7 +177,12 @@ class LocalTarget:
         self.grant.check(WRITE, "exchange", exchange_name)
         exchange = self.vhost.exchange(exchange_name)
         exchange.check_publishable()
-        copy = Message.to(exchange_name, keys[0], original.header, original.body)
+        header = original.header
+        if self.exchange is None:  # a redrive: the copy counts it (dlx/redrive.py)
+            props = original.properties
+            header = header[:HEADER_PREFIX] + encode_properties(
+                replace(props, headers=redriven_headers(props.headers)))
+        copy = Message.to(exchange_name, keys[0], header, original.body)
         copy.inspect()  # its TTL, as a publish reads it
         copy.routing_keys = keys
         queues = self.vhost.route(exchange, list(keys), copy)
