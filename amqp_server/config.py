@@ -128,6 +128,12 @@ class BrokerConfig:
     # cannot renew it stops confirming and is replaced (etcd raises values
     # below 1.5 of its election timeout).
     cluster_lease_ttl: int = 4
+    # TLS on the cluster port (optional: the secret authenticates members
+    # either way): this node's certificate and key, and the CA that signed
+    # the others' (each side then requires the other's certificate).
+    cluster_tls_certfile: str = ""
+    cluster_tls_keyfile: str = ""
+    cluster_tls_cacertfile: str = ""
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "BrokerConfig":
@@ -207,6 +213,11 @@ def _check_cluster(config: "BrokerConfig") -> None:
     if config.min_in_sync < 1:
         raise ConfigError(f"config key 'min_in_sync' must be at least 1 (the leader), got "
                           f"{config.min_in_sync}")
+    tls = (config.cluster_tls_certfile, config.cluster_tls_keyfile,
+           config.cluster_tls_cacertfile)
+    if any(tls) and not all(tls):
+        raise ConfigError("config keys 'cluster_tls_certfile', 'cluster_tls_keyfile' and "
+                          "'cluster_tls_cacertfile' go together")
     if config.cluster_lag_timeout <= 0 or config.cluster_lease_ttl <= 0:
         raise ConfigError("config keys 'cluster_lag_timeout' and 'cluster_lease_ttl' must "
                           "be positive")

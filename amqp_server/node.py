@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from .cluster import frames as cluster_frames
 from .cluster.etcd import EtcdClient, EtcdError
 from .cluster.follower import Following
 from .cluster.forwarding import AmqpForwarder, HttpForwarder
+from .cluster.handshake import tls_contexts
 from .cluster.leadership import Leader, Leadership, LeadershipLost, Term
 from .cluster.leading import attach, detach, listen, sources_of
 from .cluster.membership import members, register
@@ -92,6 +94,13 @@ class ClusterNode:
 
     async def start(self) -> None:
         config = self.config
+        try:
+            server_tls, self.client_tls = tls_contexts(config.cluster_tls_certfile,
+                                                       config.cluster_tls_keyfile,
+                                                       config.cluster_tls_cacertfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ClusterError(f"cluster TLS certificate, key or CA file cannot be used: "
+                               f"{exc}") from None
         self.lock = DataDirLock(self.data_dir)
         self.lock.acquire()
         try:
@@ -101,11 +110,20 @@ class ClusterNode:
         except EtcdError as exc:
             self.lock.release()
             raise ClusterError(f"cannot join the cluster: {exc}") from None
-        self.cluster_server = await listen(config.host, config.cluster_port, self.secret,
-                                           config.cluster_name, self.node,
-                                           lambda: self.shipper)
-        self.ports["cluster"] = self.cluster_server.sockets[0].getsockname()[1]
-        await self._forward()  # a follower until etcd says otherwise: learns the ports
+        try:
+            self.cluster_server = await listen(config.host, config.cluster_port, self.secret,
+                                               config.cluster_name, self.node,
+                                               lambda: self.shipper, tls=server_tls)
+            self.ports["cluster"] = self.cluster_server.sockets[0].getsockname()[1]
+            await self._forward()  # a follower until etcd says otherwise: learns the ports
+        except OSError as exc:
+            await self._stop_forwarding()
+            await self.session.close()
+            await self.client.close()
+            self.lock.release()
+            raise ClusterError(f"cannot listen on {config.host}: {exc.strerror or exc} "
+                               "(--port, --management-port, --prometheus-port and "
+                               "--cluster-port take 0 for a free port)") from None
         self.leadership = Leadership(self.session, config.cluster_name, GROUP, self.node,
                                      addresses=self.addresses(),
                                      min_in_sync=config.min_in_sync)
@@ -166,7 +184,8 @@ class ClusterNode:
                 self.replica = Replica(self.data_dir, self._dead_letter_files(),
                                        self.config.dead_letter_log_body_limit)
             following = self.following = Following(self.replica, self.node,
-                                                   self.config.cluster_name, self.secret)
+                                                   self.config.cluster_name, self.secret,
+                                                   self.client_tls)
             await following.follow(host, port)
             if self._stopping or self._followed is not leader:
                 return

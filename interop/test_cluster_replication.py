@@ -14,6 +14,7 @@ import pytest
 
 from amqp_server.broker.broker import Broker
 from amqp_server.cluster.follower import Following
+from amqp_server.cluster.handshake import tls_contexts
 from amqp_server.cluster.leading import attach, listen, sources_of
 from amqp_server.cluster.replica import Replica
 from amqp_server.cluster.shipper import Shipper
@@ -35,7 +36,7 @@ class Leader:
         self.min_in_sync = min_in_sync
         self.isr_writes: list[tuple[str, ...]] = []
 
-    async def start(self, queues: tuple[str, ...] = ()) -> None:
+    async def start(self, queues: tuple[str, ...] = (), tls=None) -> None:
         await self.server.start()
         for name in queues:  # durable queues there before shipping starts
             self.broker.vhosts["/"].declare_queue(name, None, durable=True)
@@ -48,7 +49,7 @@ class Leader:
         attach(self.broker, self.shipper)
         self.shipper.start()
         self.listener = await listen("127.0.0.1", 0, SECRET, CLUSTER, "a",
-                                     lambda: self.shipper)
+                                     lambda: self.shipper, tls=tls)
         self.cluster_port = self.listener.sockets[0].getsockname()[1]
 
     @property
@@ -61,9 +62,9 @@ class Leader:
         await self.server.stop()
 
 
-def follower(data_dir, node="b", secret=SECRET) -> tuple[Replica, Following]:
+def follower(data_dir, node="b", secret=SECRET, tls=None) -> tuple[Replica, Following]:
     replica = Replica(data_dir, LogFiles(data_dir / "dead-letters", 1 << 20, 3600, 1 << 30))
-    return replica, Following(replica, node, CLUSTER, secret)
+    return replica, Following(replica, node, CLUSTER, secret, tls)
 
 
 async def wait_for(predicate, seconds: float = 10.0) -> None:
@@ -266,6 +267,54 @@ async def test_a_follower_that_reconnects_resumes_or_copies_and_ends_identical(t
     try:
         bodies = [entry.message.body for entry in copy.vhosts["/"].queues["q"].ready]
         assert bodies == [str(n).encode() for n in range(30, 100)] + [b"last"]
+    finally:
+        copy.store.close()
+        copy.journal.close()
+        copy.close_data_dir()
+
+
+def _tls_files(tmp_path, name: str, ca) -> tuple[str, str]:
+    cert = ca.issue_cert("127.0.0.1", name)
+    certfile, keyfile = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    cert.cert_chain_pems[0].write_to_path(certfile)
+    cert.private_key_pem.write_to_path(keyfile)
+    return str(certfile), str(keyfile)
+
+
+async def test_the_stream_runs_over_tls_when_the_cluster_port_has_a_certificate(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cafile = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(cafile)
+    server_tls, _ = tls_contexts(*_tls_files(tmp_path, "a", ca), str(cafile))
+    _, client_tls = tls_contexts(*_tls_files(tmp_path, "b", ca), str(cafile))
+    leader = Leader(tmp_path / "leader")
+    await leader.start(tls=server_tls)
+    replica, following = follower(tmp_path / "follower", tls=client_tls)
+    task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+    try:
+        connection = await aio_pika.connect(leader.url)
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.declare_queue("q", durable=True)
+        await channel.default_exchange.publish(
+            aio_pika.Message(b"over tls", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key="q")
+        await connection.close()
+        # Without a certificate the CA signed, nothing is shipped.
+        _, stranger_tls = tls_contexts(*_tls_files(tmp_path, "c", trustme.CA()), str(cafile))
+        stranger_replica, stranger = follower(tmp_path / "stranger", node="c",
+                                              tls=stranger_tls)
+        await asyncio.wait_for(stranger.follow("127.0.0.1", leader.cluster_port), 10)
+        assert "c" not in leader.shipper.links
+        stranger_replica.close()
+    finally:
+        following.stop()
+        await task
+        await leader.stop()
+    replica.close()
+    copy = booted(tmp_path / "follower")
+    try:
+        assert [e.message.body for e in copy.vhosts["/"].queues["q"].ready] == [b"over tls"]
     finally:
         copy.store.close()
         copy.journal.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 
 from . import frames as f
@@ -30,8 +31,10 @@ MAX_QUEUED = 4096
 class Following:
     """One connection to one leader."""
 
-    def __init__(self, replica: Replica, node: str, cluster: str, secret: bytes) -> None:
+    def __init__(self, replica: Replica, node: str, cluster: str, secret: bytes,
+                 tls=None) -> None:
         self.replica = replica
+        self.tls = tls
         self.node = node
         self.cluster = cluster
         self.secret = secret
@@ -47,8 +50,9 @@ class Following:
         replica = self.replica
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 22), handshake.TIMEOUT)
-        except (OSError, TimeoutError) as exc:
+                asyncio.open_connection(host, port, limit=1 << 22, ssl=self.tls),
+                handshake.TIMEOUT)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
             log.info("cannot reach the leader's cluster port %s:%d: %s", host, port, exc)
             return
         self._writer = writer

@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import hmac
 import os
+import ssl
 
 from . import frames as f
 
@@ -93,3 +94,25 @@ async def connect(frames: f.FrameStream, writer: asyncio.StreamWriter, secret: b
                                                      nonce_c, nonce_s)):
             raise HandshakeError("the peer does not know the cluster secret")
         return leader
+
+
+def tls_contexts(certfile: str, keyfile: str, cafile: str
+                 ) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """(the leader's, the follower's) contexts for the cluster port, or
+    (None, None) without TLS.  Both sides present their certificate and
+    require the other's, signed by `cafile`; the node names and addresses
+    are not checked against it (the secret says who is a member)."""
+    if not certfile:
+        return None, None
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.minimum_version = ssl.TLSVersion.TLSv1_2
+    server.load_cert_chain(certfile, keyfile)
+    server.load_verify_locations(cafile)
+    server.verify_mode = ssl.CERT_REQUIRED
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.minimum_version = ssl.TLSVersion.TLSv1_2
+    client.load_cert_chain(certfile, keyfile)
+    client.load_verify_locations(cafile)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_REQUIRED
+    return server, client

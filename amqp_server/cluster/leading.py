@@ -43,7 +43,7 @@ def detach(broker) -> None:
 
 
 async def listen(host: str, port: int, secret: bytes, cluster: str, node: str,
-                 shipper: Callable[[], Shipper | None]) -> asyncio.Server:
+                 shipper: Callable[[], Shipper | None], tls=None) -> asyncio.Server:
     """The cluster port: members that prove they know the secret are served
     by the current shipper (this node leads), others are cut off."""
 
@@ -64,4 +64,5 @@ async def listen(host: str, port: int, secret: bytes, cluster: str, node: str,
         await current.serve(follower, frames, writer)
 
     return await asyncio.start_server(connected, host, port, reuse_address=True,
-                                      limit=1 << 22)
+                                      limit=1 << 22, ssl=tls,
+                                      ssl_handshake_timeout=handshake.TIMEOUT if tls else None)
