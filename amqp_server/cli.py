@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
 from .broker.broker import Broker
 from .config import BrokerConfig, ConfigError
 from .loops import new_event_loop
+from .node import ClusterError, ClusterNode
 from .server import ListenError, Server, tune_gc
 from .storage.lock import DataDirError
 
@@ -62,11 +64,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                         help="log verbosity (default info)")
+    cluster = parser.add_argument_group(
+        "clustering", "a node of a cluster decided by etcd (docs/clustering.md); the "
+        "shared secret comes from the config file's cluster_secret or "
+        "AMQP_SERVER_CLUSTER_SECRET")
+    cluster.add_argument("--cluster-etcd", metavar="URL[,URL...]",
+                         help="etcd client URLs; without them the broker is a single node")
+    cluster.add_argument("--node-name", help="this node's name (default: the host name)")
+    cluster.add_argument("--cluster-port", type=int,
+                         help="port for the other nodes (default 5679; 0 picks a free one)")
     return parser.parse_args(argv)
 
 
 async def serve(config: BrokerConfig) -> None:
     tune_gc()
+    if config.cluster_etcd:
+        await serve_node(config)
+        return
     server = Server(Broker(config))
     await server.start()
     print(f"amqp-server listening on {server.host}:{server.port}", flush=True)
@@ -87,6 +101,23 @@ async def serve(config: BrokerConfig) -> None:
     await server.stop()
 
 
+async def serve_node(config: BrokerConfig) -> None:
+    node = ClusterNode(config)
+    await node.start()
+    ports = node.ports
+    print(f"amqp-server node {node.node} of cluster {config.cluster_name}: AMQP on "
+          f"{config.host}:{ports['amqp']}, cluster port {ports['cluster']}", flush=True)
+    if "management" in ports:
+        print(f"management API on http://{config.host}:{ports['management']}/api/", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await node.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -94,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                                    tls_port=args.tls_port,
                                    management_port=args.management_port,
                                    prometheus_port=args.prometheus_port,
-                                   data_dir=args.data_dir, log_level=args.log_level)
+                                   data_dir=args.data_dir, log_level=args.log_level,
+                                   cluster_etcd=args.cluster_etcd, node_name=args.node_name,
+                                   cluster_port=args.cluster_port,
+                                   cluster_secret=os.environ.get("AMQP_SERVER_CLUSTER_SECRET"))
     except ConfigError as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
         return 2
@@ -119,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in [*map(str, exc.refusals), *listen_advice(exc)]:
             print(f"amqp-server: {line}", file=sys.stderr)
         return 1
-    except DataDirError as exc:
+    except (DataDirError, ClusterError) as exc:
         print(f"amqp-server: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # anything else the system refused, as it said it

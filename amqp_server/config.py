@@ -114,6 +114,32 @@ class BrokerConfig:
     paging_pressure_threshold: int = 1024
     # [address-settings."pattern"] tables (policies/address_settings.py).
     address_settings: AddressSettings = field(default_factory=AddressSettings)
+    # Clustering (docs/clustering.md): the etcd members' client URLs; none
+    # makes this a single broker that needs no etcd.  Nodes of one cluster
+    # share its name and its secret (which authenticates them to each
+    # other), and each listens for its peers on cluster_port.
+    cluster_etcd: list = field(default_factory=list)
+    cluster_name: str = "amqp-server"
+    cluster_port: int = 5679
+    cluster_secret: str = ""
+    # The host other nodes and forwarded clients reach this one at (default:
+    # `host`).
+    cluster_advertise_host: str = ""
+    # Copies a confirm waits for at least, the leader's included; below it
+    # publishers are held.  A follower behind by more than the lag timeout
+    # (ms) leaves the in-sync set (never below min_in_sync).
+    min_in_sync: int = 2
+    cluster_lag_timeout: int = 2000
+    # Seconds a node's etcd lease lives without renewal: a leader that
+    # cannot renew it stops confirming and is replaced (etcd raises values
+    # below 1.5 of its election timeout).
+    cluster_lease_ttl: int = 4
+    # TLS on the cluster port (optional: the secret authenticates members
+    # either way): this node's certificate and key, and the CA that signed
+    # the others' (each side then requires the other's certificate).
+    cluster_tls_certfile: str = ""
+    cluster_tls_keyfile: str = ""
+    cluster_tls_cacertfile: str = ""
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
@@ -180,6 +206,7 @@ class BrokerConfig:
                                   "certificates)")
         if bool(self.tls_certfile) != bool(self.tls_keyfile):
             raise ConfigError("tls_certfile and tls_keyfile go together: give both or neither")
+        _check_cluster(self)
         self.log_level = self.log_level.lower()  # as logging takes it: WARNING or warning
         for key, choices in _CHOICES.items():
             value = getattr(self, key)
@@ -215,6 +242,8 @@ def _field_name(key: str, where: str | None) -> str:
 def _checked(name: str, written: str, value: Any, expected: type) -> Any:
     if name in _SIZE_KEYS and isinstance(value, str):
         value = parse_size(written, value)
+    if name == "cluster_etcd" and isinstance(value, str):  # a flag: URL,URL,...
+        value = [url.strip() for url in value.split(",") if url.strip()]
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -226,6 +255,29 @@ def _checked(name: str, written: str, value: Any, expected: type) -> Any:
 def _did_you_mean(word: str, choices: Iterable[str], form: str = '"{}"') -> str:
     match = closest(word, choices)
     return f"; did you mean {form.format(match)}?" if match is not None else ""
+
+
+def _check_cluster(config: BrokerConfig) -> None:
+    if not all(isinstance(url, str) and url.strip() for url in config.cluster_etcd):
+        raise ConfigError("cluster_etcd must be a list of etcd URLs (a flag: URL,URL,...), "
+                          f"got {_shown(config.cluster_etcd)}")
+    if not config.cluster_etcd:
+        return
+    if not config.cluster_secret:
+        raise ConfigError("a cluster needs a shared secret: set cluster_secret in the config "
+                          "file or AMQP_SERVER_CLUSTER_SECRET, the same on every node")
+    if not 0 <= config.cluster_port <= 65535:
+        raise ConfigError(f"cluster_port must be 0-65535, got {config.cluster_port}")
+    if config.min_in_sync < 1:
+        raise ConfigError(f"min_in_sync must be at least 1 (the leader), got "
+                          f"{config.min_in_sync}")
+    tls = (config.cluster_tls_certfile, config.cluster_tls_keyfile,
+           config.cluster_tls_cacertfile)
+    if any(tls) and not all(tls):
+        raise ConfigError("cluster_tls_certfile, cluster_tls_keyfile and "
+                          "cluster_tls_cacertfile go together: give all three or none")
+    if config.cluster_lag_timeout <= 0 or config.cluster_lease_ttl <= 0:
+        raise ConfigError("cluster_lag_timeout and cluster_lease_ttl must be positive")
 
 
 _SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size",

@@ -18,6 +18,7 @@ import ssl
 from dataclasses import dataclass
 
 from .broker.broker import Broker
+from .cluster import forwarding
 from .config import ConfigError
 from .errors import CONNECTION_FORCED
 from .management.api import ManagementServer
@@ -43,16 +44,18 @@ class AMQPProtocol(asyncio.Protocol):
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._heartbeat_started = False
         self._reading = True
+        # A cluster node's connections may start with a follower's line
+        # naming the client it forwards (cluster/forwarding.py).
+        config = server.broker.config
+        self._secret = config.cluster_secret.encode() if config.cluster_etcd else None
+        self._first: bytes | None = b"" if self._secret else None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername") or ("127.0.0.1", 0)
         host = peer[0]
-        try:
-            loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
-        except ValueError:
-            loopback = False
-        self.conn = Connection(self.server.broker, host, loopback, wakeup=self._schedule_flush)
+        self.conn = Connection(self.server.broker, host, _is_loopback(host),
+                               wakeup=self._schedule_flush)
         local = transport.get_extra_info("sockname") or ("127.0.0.1", 0)
         # RabbitMQ's connection name, also the management API's key for it.
         self.conn.name = f"{host}:{peer[1]} -> {local[0]}:{local[1]}"
@@ -65,12 +68,47 @@ class AMQPProtocol(asyncio.Protocol):
             self.server.broker.config.handshake_timeout / 1000, self._handshake_expired)
 
     def data_received(self, data: bytes) -> None:
+        if self._first is not None:
+            data = self._forwarded(data)
+            if not data:
+                return
         conn = self.conn
         conn.receive_data(data)
         broker = self.server.broker
         if conn.publishing and self._reading and (broker.alarms or broker.store_busy):
             self.apply_alarm()  # a new publisher, or reading resumed meanwhile
         self._flush()
+
+    def _forwarded(self, data: bytes) -> bytes:
+        """Until the first line is known not to be a follower's forwarding
+        line: read it, and take the client's address from it when it is
+        signed with the cluster secret; a bad signature closes at once."""
+        data = self._first + data
+        if not data.startswith(forwarding.PREFIX[:len(data)]):
+            self._first = None
+            return data
+        end = data.find(b"\n")
+        if end < 0:
+            if len(data) > forwarding.MAX_LINE:
+                self.transport.close()
+                self._first = None
+                return b""
+            self._first = data
+            return b""
+        self._first = None
+        client = forwarding.verify(self._secret, data[len(forwarding.PREFIX):end].decode(
+            "ascii", "replace"))
+        if client is None:
+            log.warning("connection from %s claimed to be forwarded by a cluster member "
+                        "without the cluster's secret; closed", self.conn.peer_host)
+            self.transport.close()
+            return b""
+        host, port, _node = client
+        conn = self.conn
+        conn.peer_host, conn.peer_port = host, port
+        conn.is_loopback = _is_loopback(host)
+        conn.name = f"{host}:{port} -> {conn.local_host}:{conn.local_port}"
+        return data[end + 1:]
 
     def apply_alarm(self) -> None:
         """Block a publisher while an alarm is in force, unblock it after;
@@ -187,6 +225,13 @@ class AMQPProtocol(asyncio.Protocol):
         self._timers.clear()
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 def tune_gc() -> None:
     """Queued messages and entries never form reference cycles, yet the
     cyclic collector would walk every one of them, over and over, as the
@@ -284,8 +329,14 @@ class Server:
     """Listens for AMQP connections on behalf of one broker."""
 
     def __init__(self, broker: Broker | None = None, host: str | None = None,
-                 port: int | None = None, tls_port: int | None = None) -> None:
+                 port: int | None = None, tls_port: int | None = None,
+                 data_dir_lock=None) -> None:
         self.broker = broker or Broker()
+        # A cluster node's lock on its data directory, held across roles,
+        # and what it does the moment the broker is booted, before anything
+        # else can run: connect the stores to its replication stream.
+        self.data_dir_lock = data_dir_lock
+        self.on_booted = None
         self.host = host if host is not None else self.broker.config.host
         self.port = port if port is not None else self.broker.config.port
         self.tls_port = tls_port if tls_port is not None else self.broker.config.tls_port
@@ -313,8 +364,10 @@ class Server:
         loop = asyncio.get_running_loop()
         broker = self.broker
         broker.timers.attach(loop)
-        for problem in broker.open_data_dir():
+        for problem in broker.open_data_dir(self.data_dir_lock):
             log.warning("%s", problem)
+        if self.on_booted is not None:
+            self.on_booted(broker)
         if broker.store is not None:
             broker.store.attach(loop)
             broker.journal.attach(loop)

@@ -73,12 +73,12 @@ def write_events(directory: Path, count: int, node: str = "bench", seed: int = 1
         message_id = f"{node}/poison-{n % 97}" if n % 50 == 0 else f"{node}/m-{n}"
         message = _message(queue, message_id, int(moment) - rng.randint(0, 600))
         batch.append((event_head(common, moment, cause, [] if cause else ["dlq"]),
-                      message.header, message.body))
+                      message.header, message.body, n))
         if len(batch) == CHUNK:
-            write_batch(files, batch, 64 << 10, node)
+            write_batch(files, batch, 64 << 10, node, node)
             batch = []
     if batch:
-        write_batch(files, batch, 64 << 10, node)
+        write_batch(files, batch, 64 << 10, node, node)
     files.close()
     (directory / "dead-letters-99999999T999999-0-000000.ndjson").touch()
     return sum(p.stat().st_size for p in directory.iterdir())

@@ -128,3 +128,15 @@ def prometheus_product(url: str) -> str | None:
 @pytest.fixture(scope="session")
 def rabbitmq_prometheus_url(rabbitmq_url):
     return require_plugin(prometheus_product, RABBITMQ_PROMETHEUS_URL, "rabbitmq_prometheus")
+
+
+@pytest.fixture
+def etcd_cluster():
+    """Three real etcd members on loopback ports (etcd_cluster.py), killed and
+    their data removed after the test."""
+    from .etcd_cluster import EtcdCluster, etcd_binary
+    if etcd_binary() is None:
+        missing("etcd is not installed: install Debian's etcd-server (`apt-get install -y "
+                "etcd-server`, as .ci/run does)")
+    with EtcdCluster(3) as cluster:
+        yield cluster

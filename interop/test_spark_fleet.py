@@ -7,6 +7,7 @@ give the same files as local mode."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -278,3 +279,50 @@ def test_spark_connect_gives_the_same_files(spark, fleet, tmp_path, connect_serv
                 "--out", str(tmp_path / "remote"), "--replay-candidates",
                 "--remote", connect_server)
     assert_same_files(tmp_path / "local", tmp_path / "remote")
+
+
+async def _dead_letter_on_a_replicated_leader(root: Path) -> None:
+    """A leader (node "a") rejects five messages into its dead-letter queue
+    while a follower copies everything, its dead-letter events included."""
+    import aio_pika
+
+    from .test_cluster_replication import Leader, follower
+
+    leader = Leader(root / "leader")
+    await leader.start()
+    replica, following = follower(root / "follower")
+    task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+    try:
+        connection = await aio_pika.connect(leader.url)
+        channel = await connection.channel(publisher_confirms=True)
+        dlx = await channel.declare_exchange("dlx", aio_pika.ExchangeType.FANOUT)
+        dlq = await channel.declare_queue("dlq")
+        await dlq.bind(dlx)
+        work = await channel.declare_queue("work", arguments={"x-dead-letter-exchange": "dlx"})
+        for number in range(5):
+            await channel.default_exchange.publish(
+                aio_pika.Message(f"poison-{number}".encode(), message_id=f"p{number}"),
+                routing_key="work")
+        for _ in range(5):
+            message = await work.get()
+            await message.reject(requeue=False)
+        await asyncio.sleep(0.3)  # the log's batch is flushed and shipped
+        await channel.declare_queue("sync", durable=True)  # a replicated reply: all shipped
+        await connection.close()
+    finally:
+        following.stop()
+        await task
+        await leader.stop()
+        replica.close()
+
+
+def test_copies_of_a_leaders_dead_letters_on_its_followers_count_once(spark, tmp_path):
+    asyncio.run(_dead_letter_on_a_replicated_leader(tmp_path))
+    copied = sorted((tmp_path / "follower" / "dead-letters").glob("*.ndjson"))
+    assert copied and sum(len(p.read_text().splitlines()) for p in copied) == 5
+    summary = audit(spark, [tmp_path / "leader", tmp_path / "follower"], tmp_path / "out",
+                    "--no-compact")
+    assert summary["events"] == 5
+    by_node = {row["node"]: int(row["events"])
+               for row in read_csv(tmp_path / "out" / "tables" / "by_node.csv")}
+    assert by_node == {"a": 5}  # the node that dead-lettered them, counted once

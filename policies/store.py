@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 from .model import Policy, PolicyError, make_policy
 
@@ -18,6 +19,8 @@ class PolicyStore:
         self.policies: dict[tuple[str, str], Policy] = {}
         self.operator_policies: dict[tuple[str, str], Policy] = {}
         self._path: Path | None = None
+        # A clustered leader ships each saved document to its followers.
+        self.on_saved: Callable[[bytes], None] | None = None
 
     def open(self, data_dir: str | Path) -> list[str]:
         """Load what was saved in `data_dir` and persist there from now on.
@@ -64,9 +67,24 @@ class PolicyStore:
             return
         document = {"policies": [p.as_json() for p in self.policies.values()],
                     "operator_policies": [p.as_json() for p in self.operator_policies.values()]}
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as handle:
-            json.dump(document, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self._path)
+        encoded = json.dumps(document, indent=1, sort_keys=True).encode()
+        write_document(self._path, encoded)
+        if self.on_saved is not None:
+            self.on_saved(encoded)
+
+    def document(self) -> bytes:
+        """The saved document as it stands (a follower's starting copy)."""
+        if self._path is None or not self._path.exists():
+            return b""
+        return self._path.read_bytes()
+
+
+def write_document(path: Path, encoded: bytes) -> None:
+    """Write to a temporary file, fsync, rename: the old or the new document
+    survives a crash, never half of one."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(encoded)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "amqp_server.remote_publisher": WIRE,
     "amqp_server.config": {"policies", "dlx"},
     "amqp_server.storage": SEMANTICS,
-    "amqp_server.cluster": SEMANTICS | {"amqp_server.storage"},
+    "amqp_server.cluster": SEMANTICS | {"policies", "amqp_server.storage"},
     "amqp_server.broker": SEMANTICS | {"policies", "amqp_server.config",
                                        "amqp_server.storage", "amqp_server.cluster"},
     "amqp_server.protocol": SEMANTICS | {"policies", "amqp_server.config",
@@ -46,6 +46,7 @@ ALLOWED: dict[str, set[str]] = {
 # assembled into.
 SHELL = {"amqp_server.__init__", "amqp_server.__main__", "amqp_server.cli",
          "amqp_server.embed", "amqp_server.embed_thread", "amqp_server.inspection",
+         "amqp_server.node",
          "amqp_server.pytest_plugin", "amqp_server.pytest_settings", "amqp_server.testing"}
 PARTS = set(ALLOWED) | SHELL
 

@@ -46,14 +46,21 @@ class Broker:
     paging: Paging | None = None
     dead_letter_log: DeadLetterLog | None = None
     data_dir_lock: DataDirLock | None = None
+    _owns_lock: bool = False
     # Resource alarms in force ("disk", "memory"); the shell watches them.
     alarms: set = field(default_factory=set)
     on_alarm: Callable[[], None] = lambda: None
-    # The message store is behind its writes: publishers are not read
+    # The message store is behind its writes, or a clustered leader's
+    # followers are (or too few are in sync): publishers are not read
     # (silently, as RabbitMQ's flow control) until it catches up.
     store_busy: bool = False
+    _store_behind: bool = False
+    _replication_held: bool = False
     # Totals since start for the Prometheus metrics (counters.py).
     counters: Counters = field(default_factory=Counters)
+    # The cluster node this broker leads for (amqp_server/node.py), if any:
+    # /api/nodes, the health checks and the metrics read it.
+    cluster: object | None = None
 
     def __post_init__(self) -> None:
         # The one permission service: AMQP channels and the HTTP API ask it.
@@ -174,7 +181,15 @@ class Broker:
         self.on_alarm()
 
     def store_congested(self, congested: bool) -> None:
-        self.store_busy = congested
+        self._store_behind = congested
+        self._update_store_busy()
+
+    def replication_held(self, held: bool) -> None:
+        self._replication_held = held
+        self._update_store_busy()
+
+    def _update_store_busy(self) -> None:
+        self.store_busy = self._store_behind or self._replication_held
         self.on_alarm()
 
     def set_paging_pressure(self, raised: bool) -> None:
@@ -218,26 +233,29 @@ class Broker:
 
     # ---- durable state -------------------------------------------------
 
-    def open_data_dir(self) -> list[str]:
+    def open_data_dir(self, lock: DataDirLock | None = None) -> list[str]:
         """Lock the data directory (DataDirError when another broker holds
         it, or it cannot be used), load persisted state from it, apply it,
-        and keep persisting from now on.  Returns what could not be recovered."""
+        and keep persisting from now on.  Returns what could not be recovered.
+        `lock`: one the caller holds already and keeps (a cluster node keeps
+        its directory across its roles)."""
         data_dir = Path(self.config.data_dir)
-        lock = DataDirLock(data_dir)
-        lock.acquire()
+        if lock is None:
+            lock = DataDirLock(data_dir)
+            lock.acquire()
+            self._owns_lock = True
         self.data_dir_lock = lock
         try:
             return boot.load(self, data_dir)
         except (OSError, ValueError) as exc:
-            lock.release()
-            self.data_dir_lock = None
+            self.close_data_dir()
             raise DataDirError(f"cannot use data directory {data_dir}: {exc}") from None
 
     def close_data_dir(self) -> None:
         """After the store has shut down: another broker may take the directory."""
-        if self.data_dir_lock is not None:
+        if self.data_dir_lock is not None and self._owns_lock:
             self.data_dir_lock.release()
-            self.data_dir_lock = None
+        self.data_dir_lock = None
 
     def attach(self, vhost: VirtualHost) -> None:
         vhost.journal = self.journal

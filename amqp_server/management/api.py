@@ -29,6 +29,7 @@ from .requests import (
     BadRequest,
     access_control,
     changing_vhost,
+    client_host,
     grant_in,
     listed_vhosts as _vhosts,
     read_body as _body,
@@ -77,7 +78,15 @@ async def auth_and_errors(request: web.Request, handler):
             return response
         request[USER_KEY] = user
     try:
-        return await handler(request)
+        response = await handler(request)
+        if broker.cluster is not None and request.method != "GET":
+            # A clustered leader answers a change once every in-sync copy has it.
+            try:
+                await broker.cluster.settled()
+            except TimeoutError:
+                return _error(503, "service_unavailable",
+                              "the change is not on enough copies yet (too few nodes in sync)")
+        return response
     except web.HTTPException:
         raise
     except KeyError:
@@ -110,7 +119,7 @@ def _authenticate(request: web.Request, broker):
     if user is None:
         return None, None
     try:
-        loopback = ipaddress.ip_address(request.remote or "").is_loopback
+        loopback = ipaddress.ip_address(client_host(request, broker)).is_loopback
     except ValueError:
         loopback = False
     if not broker.access.may_connect_from(user, loopback):

@@ -18,7 +18,15 @@ from aiohttp import web
 from ..broker.permissions import READ
 from . import messages
 from .node import node_json
-from .requests import BROKER, USER_KEY, BadRequest, access_control, changing_vhost, grant_in
+from .requests import (
+    BROKER,
+    USER_KEY,
+    BadRequest,
+    access_control,
+    changing_vhost,
+    forwarded_by,
+    grant_in,
+)
 from .shapes import NODE
 
 LISTENERS = web.AppKey("listeners", object)  # () -> [{"protocol", "port", ...}]
@@ -86,19 +94,77 @@ async def aliveness_test(request: web.Request) -> web.Response:
     return _ok()
 
 
+async def _nodes(request: web.Request) -> list[dict]:
+    """This node, or every member of its cluster with its role, whether it
+    is in the in-sync set and how many frames it is behind the leader."""
+    broker = request.app[BROKER]
+    own = node_json(broker, listeners(request))
+    if broker.cluster is None:
+        return [{**own, "role": "leader", "in_sync": True, "replication_lag": 0}]
+    listed = []
+    for member in await broker.cluster.nodes():
+        if member["name"] == broker.config.node_name:
+            listed.append({**own, **member})
+        else:
+            listed.append({"type": "disc", **member})
+    return listed
+
+
 async def list_nodes(request: web.Request) -> web.Response:
     access_control(request).require_monitor(request[USER_KEY])
-    return web.json_response([node_json(request.app[BROKER], listeners(request))])
+    return web.json_response(await _nodes(request))
 
 
 async def get_node(request: web.Request) -> web.Response:
     access_control(request).require_monitor(request[USER_KEY])
-    if request.match_info["name"] != NODE:
-        raise KeyError(request.match_info["name"])  # 404 (RabbitMQ 3.10 answers 500)
-    return web.json_response(node_json(request.app[BROKER], listeners(request)))
+    for node in await _nodes(request):
+        if node["name"] == request.match_info["name"]:
+            return web.json_response(node)
+    raise KeyError(request.match_info["name"])  # 404 (RabbitMQ 3.10 answers 500)
+
+
+def _asking_node(request: web.Request) -> str:
+    """The node a health check was asked of: the member that forwarded it,
+    or this one."""
+    broker = request.app[BROKER]
+    forwarded = forwarded_by(request, broker)
+    return forwarded[2] if forwarded is not None else broker.config.node_name
+
+
+async def node_is_in_sync(request: web.Request) -> web.Response:
+    """Ours: 200 when the node asked is in its cluster's in-sync set (it
+    holds every confirmed message and may be elected), 503 when not.  A
+    single broker is always in sync with itself."""
+    broker = request.app[BROKER]
+    if broker.cluster is None:
+        return _ok()
+    name = _asking_node(request)
+    for node in await broker.cluster.nodes():
+        if node["name"] == name:
+            if node["in_sync"]:
+                return _ok(node=name)
+            return _failed(f"node {name} is not in the in-sync set", node=name)
+    return _failed(f"node {name} is not a member of the cluster", node=name)
+
+
+async def node_is_quorum_critical(request: web.Request) -> web.Response:
+    """RabbitMQ's check, for this cluster: 503 when stopping the node asked
+    would take the in-sync set below min-in-sync, so that publishers would
+    be held until another node catches up."""
+    broker = request.app[BROKER]
+    if broker.cluster is None:
+        return _ok()
+    name = _asking_node(request)
+    in_sync = [node["name"] for node in await broker.cluster.nodes() if node["in_sync"]]
+    if name in in_sync and len(in_sync) - 1 < broker.config.min_in_sync:
+        return _failed("stopping this node would leave fewer copies in sync than "
+                       f"min-in-sync ({broker.config.min_in_sync})", in_sync=in_sync)
+    return _ok()
 
 
 def add_routes(router) -> None:
+    router.add_get("/api/health/checks/node-is-in-sync", node_is_in_sync)
+    router.add_get("/api/health/checks/node-is-quorum-critical", node_is_quorum_critical)
     router.add_get("/api/health/checks/alarms",
                    _alarm_check("There are alarms in effect in the cluster"))
     router.add_get("/api/health/checks/local-alarms",

@@ -47,7 +47,7 @@ def node_json(broker, listeners: list[dict]) -> dict:
     disk_free = resources.disk_free(config.data_dir)
     management = [entry for entry in listeners if entry["protocol"] == "http"]
     return {
-        "name": NODE,
+        "name": config.node_name if broker.cluster is not None else NODE,
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),

@@ -54,7 +54,7 @@ def _value(value) -> str:
     return str(int(value))
 
 
-def _text(prefix: str, metrics: Iterable[Metric]) -> list[str]:
+def text_lines(prefix: str, metrics: Iterable[Metric]) -> list[str]:
     lines = []
     for name, kind, help_text, samples in metrics:
         lines.append(f"# TYPE {prefix}{name} {kind}")
@@ -425,23 +425,25 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
         for family in wanted:
             if family in PER_OBJECT_FAMILIES and not (
                     family == "queue_consumer_count" and "queue_metrics" in wanted):
-                lines += _text(DETAILED_PREFIX, PER_OBJECT_FAMILIES[family](broker, vhost))
+                lines += text_lines(DETAILED_PREFIX, PER_OBJECT_FAMILIES[family](broker, vhost))
         cluster = cluster_metrics(broker, vhost)
         for family in wanted:
             if family in cluster:
-                lines += _text(CLUSTER_PREFIX, cluster[family])
+                lines += text_lines(CLUSTER_PREFIX, cluster[family])
         if "dead_letter_metrics" in wanted:
-            lines += _text(OWN_PREFIX, dead_letter_metrics(broker, vhost))
-        lines += _text(PREFIX, identity(broker))
+            lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker, vhost))
+        lines += text_lines(PREFIX, identity(broker))
         return "\n".join(lines) + "\n"
     per_object = view == "per-object"
     core = [metric for family, make in PER_OBJECT_FAMILIES.items()
             if family != "queue_consumer_count" for metric in make(broker)]
     # RabbitMQ registers its alarm collector for /metrics only.
     alarms = [] if per_object else alarm_metrics(broker)
-    lines = _text(PREFIX, connection_churn_metrics(broker) + node_metrics(broker)
+    lines = text_lines(PREFIX, connection_churn_metrics(broker) + node_metrics(broker)
                   + (core if per_object else _aggregate(core)) + totals(broker)
                   + identity(broker) + alarms + global_metrics(broker))
-    lines += _text(OWN_PREFIX, dead_letter_metrics(broker) if per_object
-                   else _dead_letters_aggregated(broker))
+    lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker) if per_object
+                        else _dead_letters_aggregated(broker))
+    if broker.cluster is not None:
+        lines += text_lines(OWN_PREFIX, broker.cluster.metric_families())
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
 """What every handler of the HTTP API shares: the request keys, the 400
-error, reading a JSON body, and asking the permission service."""
+error, reading a JSON body, asking the permission service, and who the
+client is when a cluster member forwarded the request."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from aiohttp import web
 
 from ..broker.permissions import READ
+from ..cluster import forwarding
 
 # aiohttp >= 3.12 wants typed request keys; older ones take a string.
 USER_KEY = web.RequestKey("user", object) if hasattr(web, "RequestKey") else "user"
@@ -78,3 +80,20 @@ def readable_queue(request: web.Request):
     queue = vhost.queue(name)
     vhost.check_exclusive_access(queue, None)
     return vhost, queue
+
+
+def forwarded_by(request: web.Request, broker) -> tuple[str, int, str] | None:
+    """For a request a cluster member forwarded (signed with the secret):
+    (client host, client port, the member's node name)."""
+    forwarded = request.headers.get(forwarding.HEADER)
+    config = broker.config
+    if forwarded and config.cluster_etcd:
+        return forwarding.verify(config.cluster_secret.encode(), forwarded)
+    return None
+
+
+def client_host(request: web.Request, broker) -> str:
+    """The client's address: the socket's peer, or the client a cluster
+    member forwarded the request for."""
+    forwarded = forwarded_by(request, broker)
+    return forwarded[0] if forwarded is not None else request.remote or ""

@@ -54,10 +54,11 @@ def node_member(node: str) -> str:
 
 
 def event_line(head: str, header: bytes, body: bytes, body_limit: int,
-               node_field: str) -> str:
+               node_field: str, event_id: str) -> str:
     """One log line: `head` (the shared fields, from the broker), then this
     message's own parts (its content header and body as they were stored),
-    then `node_field` (from node_member, encoded once per batch)."""
+    its `event_id`, then `node_field` (from node_member, encoded once per
+    batch)."""
     props = simple_properties(header, CONTENT_HEADER_PREFIX)
     headers = _headers(header)
     # Property values are plain strings and numbers: JSON-encoded once for
@@ -70,4 +71,5 @@ def event_line(head: str, header: bytes, body: bytes, body_limit: int,
             f'"properties":{{{properties}}},"headers":{headers},"body_size":{len(body)},'
             f'"body_sha256":"{sha256(body).hexdigest()}",'
             f'"body":{json_text(b64encode(body).decode()) if included else "null"},'
-            f'"body_included":{"true" if included else "false"},{node_field}}}\n')
+            f'"body_included":{"true" if included else "false"},'
+            f'"event_id":"{event_id}",{node_field}}}\n')

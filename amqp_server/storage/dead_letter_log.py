@@ -20,10 +20,12 @@ import multiprocessing
 import os
 import pickle
 import queue
+import secrets
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from .dead_letter_lines import event_line, node_member
 
@@ -92,16 +94,18 @@ class LogFiles:
             self._handle = None
 
 
-def write_batch(files: LogFiles, batch, body_limit: int, node: str) -> int:
-    """Writes the batch's lines; `node` names the broker that wrote them."""
+def write_batch(files: LogFiles, batch, body_limit: int, node: str, log_id: str) -> int:
+    """Writes the batch's lines, each event (head, header, body, number)
+    under the id `<log_id>-<number>`; `node` names the broker that
+    dead-lettered them."""
     node_field = node_member(node)
-    files.write([event_line(head, header, body, body_limit, node_field)
-                 for head, header, body in batch])
+    files.write([event_line(head, header, body, body_limit, node_field, f"{log_id}-{number}")
+                 for head, header, body, number in batch])
     return len(batch)
 
 
 def _writer_main(pipe, settings: tuple) -> None:
-    directory, file_bytes, file_seconds, retention, body_limit, node = settings
+    directory, file_bytes, file_seconds, retention, body_limit, node, log_id = settings
     # Behind the broker and its clients for CPU: events wait in the pipe
     # during a burst and are written when the burst is over.
     os.nice(10)
@@ -115,7 +119,7 @@ def _writer_main(pipe, settings: tuple) -> None:
             batch = pickle.loads(data)
             if batch is None:
                 break
-            write_batch(files, batch, body_limit, node)
+            write_batch(files, batch, body_limit, node, log_id)
     finally:
         files.close()
 
@@ -173,7 +177,12 @@ class DeadLetterLog:
         self.node = node or socket.gethostname()
         self._files_settings = (str(directory), max_file_bytes, max_file_seconds,
                                 retention_bytes)
-        self._batch: list[tuple[str, bytes, bytes]] = []
+        # Every event gets an id no other log gives: this log's random id
+        # and the event's number in it.  A cluster's followers keep copies
+        # of the leader's events under the same ids, so an audit over many
+        # nodes' logs counts each event once.
+        self.log_id = secrets.token_hex(6)
+        self._batch: list[tuple[str, bytes, bytes, int]] = []
         self._loop = None
         self._scheduled = False
         self._process = None
@@ -181,12 +190,14 @@ class DeadLetterLog:
         self._sender: threading.Thread | None = None
         self._files: LogFiles | None = None  # in-process writing, without a loop
         self.recorded = 0
+        # A clustered leader ships each batch of events to its followers.
+        self.on_batch: Callable[[list], None] | None = None
 
     def attach(self, loop) -> None:
         self._loop = loop
 
     def record(self, head: str, header: bytes, body: bytes) -> None:
-        self._batch.append((head, header, body))
+        self._batch.append((head, header, body, self.recorded))
         self.recorded += 1
         if self._loop is None:
             self.flush()
@@ -199,10 +210,12 @@ class DeadLetterLog:
         if not self._batch:
             return
         batch, self._batch = self._batch, []
+        if self.on_batch is not None:
+            self.on_batch(batch)
         if self._loop is None:
             if self._files is None:
                 self._files = LogFiles(*self._files_settings)
-            write_batch(self._files, batch, self.body_limit, self.node)
+            write_batch(self._files, batch, self.body_limit, self.node, self.log_id)
             return
         self._start_writer()
         self._outbox.put(batch)
@@ -212,7 +225,7 @@ class DeadLetterLog:
             return
         context = multiprocessing.get_context("spawn")
         receiver, pipe = context.Pipe(duplex=False)
-        settings = (*self._files_settings, self.body_limit, self.node)
+        settings = (*self._files_settings, self.body_limit, self.node, self.log_id)
         self._process = context.Process(target=_writer_main, args=(receiver, settings),
                                         name="dead-letter-log", daemon=True)
         self._process.start()

@@ -37,6 +37,8 @@ from pathlib import Path
 
 from ..wire.table import FieldTable, decode_table, encode_table
 from . import records
+from .files import fsync_dir
+from .replication import ReplicatedPositions, Shipping
 
 log = logging.getLogger("amqp_server.storage")
 
@@ -87,7 +89,12 @@ class DefinitionLog:
         self._fd: int | None = None
         self._loop = None
         self.written = 0      # changes written so far
-        self.synced = 0       # changes fsynced so far
+        self.local_synced = 0  # changes fsynced so far
+        # A clustered leader's replication stream (storage/replication.py);
+        # replies that promise a change wait for it while `replicating`.
+        self._shipping: Shipping | None = None
+        self.replicating = False
+        self._positions: ReplicatedPositions | None = None
         self._syncing = False
         self._waiting: set = set()
         self._compacting: list[bytes] | None = None  # written while a compaction runs
@@ -165,6 +172,8 @@ class DefinitionLog:
         os.write(self._fd, encoded)
         self._size += len(encoded)
         self.written += 1
+        if self._shipping is not None:
+            self._positions.shipped(self.written, self._shipping.ship(["d", 0, encoded]))
         if self._compacting is not None:
             self._compacting.append(encoded)
         if self._size > 2 * self._live_bytes + COMPACT_SLACK and self._compacting is None:
@@ -173,7 +182,7 @@ class DefinitionLog:
 
     def _sync_soon(self) -> None:
         loop = self._loop
-        if loop is _DEFERRED or self.synced == self.written:
+        if loop is _DEFERRED or self.local_synced == self.written:
             return
         if loop is None:
             os.fsync(self._fd)
@@ -194,7 +203,7 @@ class DefinitionLog:
         self._sync_soon()  # what was written meanwhile
 
     def _synced(self, target: int) -> None:
-        self.synced = max(self.synced, target)
+        self.local_synced = max(self.local_synced, target)
         if self._waiting:
             waiting, self._waiting = self._waiting, set()
             for waiter in waiting:
@@ -210,26 +219,29 @@ class DefinitionLog:
         self._compacting = []
         fresh = self.path.with_name(LOG_FILE + ".new")
         if self._loop is None or self._loop is _DEFERRED:
-            self._swap(fresh, _write_file(fresh, live))
+            self._swap(fresh, _write_file(fresh, live), live)
             return
         future = self._loop.run_in_executor(None, _write_file, fresh, live)
-        future.add_done_callback(lambda f: self._compacted(f, fresh))
+        future.add_done_callback(lambda f: self._compacted(f, fresh, live))
 
-    def _compacted(self, future, fresh: Path) -> None:
+    def _compacted(self, future, fresh: Path, live: list[bytes]) -> None:
         error = future.exception()
         if error is not None:
             self._compacting = None
             log.error("definitions log: compaction failed: %s", error)
             return
-        self._swap(fresh, future.result())
+        self._swap(fresh, future.result(), live)
 
-    def _swap(self, fresh: Path, fd: int) -> None:
+    def _swap(self, fresh: Path, fd: int, live: list[bytes]) -> None:
+        if self._shipping is not None:
+            # Followers replace their copy the same way: what the new file holds.
+            self._shipping.ship(["dr", 0, b"".join(live) + b"".join(self._compacting)])
         for encoded in self._compacting:
             os.write(fd, encoded)
         self._compacting = None
         os.fsync(fd)
         os.replace(fresh, self.path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         os.close(self._fd)
         self._fd = fd
         self._size = os.fstat(fd).st_size
@@ -288,6 +300,28 @@ class DefinitionLog:
         definitions changed so far (0: all on disk)."""
         return self.written if self.written > self.synced else 0
 
+    @property
+    def synced(self) -> int:
+        """Changes on disk: here, and on every in-sync follower of a leader."""
+        local = self.local_synced
+        return local if self._positions is None else self._positions.synced(local)
+
+    def ship_to(self, shipping: Shipping) -> None:
+        """From now on every change goes to the followers too, and counts as
+        synced once it is on every in-sync copy."""
+        self._shipping = shipping
+        self.replicating = True
+        self._positions = ReplicatedPositions(shipping, self.local_synced)
+        shipping.watch(self)
+
+    def replication_progress(self) -> None:
+        self._synced(self.local_synced)
+
+    def content(self) -> bytes:
+        """The log file as it stands (a follower's starting copy)."""
+        with open(self.path, "rb") as handle:
+            return handle.read(self._size)
+
     def wait(self, waiter) -> None:
         """`waiter.durable_progress()` is called after the next fsync."""
         self._waiting.add(waiter)
@@ -329,19 +363,13 @@ def _write_file(path: Path, encoded: list[bytes]) -> int:
     return fd
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _NoJournal:
     """Where changes go when the broker keeps nothing on disk: nowhere, and
     nothing is ever waited for."""
 
     synced = 0
+    written = 0
+    replicating = False
 
     def pending(self) -> int:
         return 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from dlx.redelivery import persists_count
 
 from . import records
+from .replication import ReplicatedPositions, Shipping
 from .segments import SegmentLog
 
 log = logging.getLogger("amqp_server.storage")
@@ -74,6 +75,8 @@ class MessageStore:
         self._waiting: set = set()
         # Artemis's max-redelivery-records: count records per message, at most.
         self.max_redelivery_records = 10
+        # A clustered leader's replication stream (storage/replication.py).
+        self._positions: ReplicatedPositions | None = None
 
     # ---- recovery --------------------------------------------------------
 
@@ -234,9 +237,25 @@ class MessageStore:
 
     # ---- durability notifications -----------------------------------------
 
+    def ship_to(self, shipping: Shipping) -> None:
+        """From now on every flush goes to the followers too, and a
+        generation counts as synced once it is on every in-sync copy."""
+        positions = self._positions = ReplicatedPositions(shipping, self.log.synced)
+
+        def written(generation: int, chunks: list, doomed: list) -> None:
+            shipping.ship_from_thread(["m", 0, chunks, doomed],
+                                      lambda lsn: positions.shipped(generation, lsn))
+
+        self.log.on_written = written
+        shipping.watch(self)
+
+    def replication_progress(self) -> None:
+        self._synced(self.log.synced)
+
     @property
     def synced(self) -> int:
-        return self.log.synced
+        local = self.log.synced
+        return local if self._positions is None else self._positions.synced(local)
 
     def wait(self, channel) -> None:
         """`channel` has confirms waiting for a flush."""

@@ -19,6 +19,11 @@ HEAD_SIZE = _HEAD.size
 MAX_RECORD = 256 << 20  # larger than any message the broker accepts, plus framing
 
 
+def head(data, pos: int) -> tuple[bytes, int, int]:
+    """(marker, payload length, crc32) of the record starting at `pos`."""
+    return _HEAD.unpack_from(data, pos)
+
+
 def encode(payload: object) -> bytes:
     return frame(msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogateescape"))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import records
+from .files import fsync_dir
 
 log = logging.getLogger("amqp_server.storage")
 
@@ -59,6 +60,11 @@ class SegmentLog:
         self.on_congestion: Callable[[bool], None] = lambda congested: None
         self._buffer_bytes = 0
         self._inflight_bytes = 0
+        # A clustered leader's: called on the writer thread with each
+        # flush's generation, its encoded records by segment and the
+        # segments it deletes, once written and before the fsync, so the
+        # followers write them while this disk syncs.
+        self.on_written: Callable[[int, list, list], None] | None = None
 
     # ---- reading at start ---------------------------------------------
 
@@ -136,7 +142,8 @@ class SegmentLog:
         self.generation += 1
         self._flushing = True
         self._inflight_bytes, self._buffer_bytes = self._buffer_bytes, 0
-        future = self._loop.run_in_executor(self._executor, self._write, batch, doomed)
+        future = self._loop.run_in_executor(self._executor, self._write, batch, doomed,
+                                            generation)
         future.add_done_callback(lambda f: self._finished(f, generation))
 
     def _finished(self, future, generation: int) -> None:
@@ -163,7 +170,7 @@ class SegmentLog:
         self._buffer_bytes = 0
         generation = self.generation
         self.generation += 1
-        self._write(batch, self._doomed())
+        self._write(batch, self._doomed(), generation)
         self.synced = generation
         self.on_synced(generation)
 
@@ -180,10 +187,12 @@ class SegmentLog:
                 self.live.pop(number, None)
         return doomed
 
-    def _write(self, batch: list[tuple[int, list]], doomed: list[int]) -> None:
+    def _write(self, batch: list[tuple[int, list]], doomed: list[int],
+               generation: int) -> None:
         """Worker thread: append, fsync, then delete dead segments."""
         touched = {}
         created = False
+        shipped: dict[int, list[bytes]] | None = {} if self.on_written is not None else None
         for number, record in batch:
             handle = self._handles.get(number)
             if handle is None:
@@ -195,13 +204,20 @@ class SegmentLog:
                     finished.close()
                 created = created or not self._path(number).exists()
                 handle = self._handles[number] = open(self._path(number), "ab")
-            handle.write(records.encode(record))
+            encoded = records.encode(record)
+            handle.write(encoded)
             touched[number] = handle
+            if shipped is not None:
+                shipped.setdefault(number, []).append(encoded)
+        if shipped is not None:
+            self.on_written(generation,
+                            [[number, b"".join(parts)] for number, parts in shipped.items()],
+                            doomed)
         for handle in touched.values():
             handle.flush()
             os.fsync(handle.fileno())
         if created:
-            _fsync_dir(self.directory)  # the new file's name must survive a crash too
+            fsync_dir(self.directory)  # the new file's name must survive a crash too
         for number in doomed:
             handle = self._handles.pop(number, None)
             if handle is not None:
@@ -229,11 +245,3 @@ class SegmentLog:
 
     def disk_bytes(self) -> int:
         return sum(p.stat().st_size for _, p in self.existing() if p.exists())
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

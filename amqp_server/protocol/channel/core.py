@@ -97,7 +97,16 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
         }
 
     def send(self, method) -> None:
-        self.conn.write(frames.method_frame(self.number, method))
+        frame = frames.method_frame(self.number, method)
+        journal = self._journal
+        if self._held or (journal.replicating and journal.written > journal.synced):
+            # A clustered leader: what a reply promises (a durable queue
+            # declared, a binding made) is on every in-sync copy before the
+            # reply goes; later replies wait behind it, in order.
+            self._held.append((0, journal.written, frame))
+            self._wait_for_disk(0, journal.written)
+            return
+        self.conn.write(frame)
 
     def can_deliver(self) -> bool:
         return (self.active and not self.closing

@@ -1,0 +1,211 @@
+"""A follower's copy of its leader's data directory, written frame by frame.
+
+The leader ships what its stores write, as they lay it out on disk: a
+message store flush is the bytes it appended to each segment file and the
+segments it deleted; a definition change is the record it appended to the
+definition log.  The copy is therefore the leader's data directory itself,
+and a follower that is elected recovers from it with the broker's ordinary
+boot (broker/boot.py), as after a restart.
+
+Frames are applied strictly in LSN order, and `apply` returns only once
+they are on disk (one fsync per touched file per batch, as the leader's
+group commit), so an acknowledged LSN is a durable one.  Everything here
+blocks; the follower runs it on a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from policies.store import write_document
+
+from ..storage.dead_letter_log import LogFiles, write_batch
+from ..storage.files import fsync_dir
+from . import frames as f
+
+log = logging.getLogger("amqp_server.cluster")
+
+# Present while the data directory holds a whole copy of some leader's
+# stream (its term inside): only such a node may be elected.
+COPY_MARKER = "cluster-copy"
+
+
+def mark_whole(data_dir: Path, epoch: int) -> None:
+    path = Path(data_dir) / COPY_MARKER
+    with open(path, "w") as handle:
+        handle.write(f"{epoch}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_dir(path.parent)
+
+
+class Replica:
+    def __init__(self, data_dir: str | Path, dead_letter_files: LogFiles | None = None,
+                 body_limit: int = 64 << 10) -> None:
+        self.data_dir = Path(data_dir)
+        (self.data_dir / "messages").mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "definitions").mkdir(parents=True, exist_ok=True)
+        self.dead_letter_files = dead_letter_files
+        self.body_limit = body_limit
+        # What this copy holds: the leader's term it came from and the
+        # last frame applied.  epoch None: nothing usable (start empty).
+        self.epoch: int | None = None
+        self.lsn = 0
+        self._segments: dict[int, object] = {}
+        self._definitions: int | None = None
+        self._copying: dict[str, object] | None = None
+
+    # ---- a full copy -----------------------------------------------------
+
+    def start_copy(self, epoch: int) -> None:
+        """Forget the old copy: the leader sends all of its own."""
+        self.close()
+        self.epoch = None
+        # Not whole from here until finish_copy: this node may not lead.
+        (self.data_dir / COPY_MARKER).unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
+        for path in (self.data_dir / "messages").glob("*.seg"):
+            path.unlink()
+        for name in (f.DEFINITIONS_FILE, f.DEFINITIONS_FILE + ".new", f.POLICIES_FILE):
+            (self.data_dir / name).unlink(missing_ok=True)
+        self._copying = {}
+        self._copy_epoch = epoch
+
+    def copy_piece(self, path: str, offset: int, data: bytes) -> None:
+        if self._copying is None or not f.copy_path_allowed(path):
+            raise f.FrameError(f"unexpected piece of {path!r} in a copy")
+        handle = self._copying.get(path)
+        if handle is None:
+            handle = self._copying[path] = open(self.data_dir / path, "wb")
+        if handle.tell() != offset:
+            raise f.FrameError(f"piece of {path!r} at {offset}, expected {handle.tell()}")
+        handle.write(data)
+
+    def finish_copy(self, lsn: int) -> None:
+        if self._copying is None:
+            raise f.FrameError("a copy ended that had not started")
+        for handle in self._copying.values():
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+        self._copying = None
+        for directory in (self.data_dir, self.data_dir / "messages",
+                          self.data_dir / "definitions"):
+            fsync_dir(directory)
+        self.epoch = self._copy_epoch
+        self.lsn = lsn
+        mark_whole(self.data_dir, self.epoch)
+
+    def resume(self, epoch: int, lsn: int, from_epoch: int) -> None:
+        """Go on from `lsn` in term `epoch`: this copy must be at `lsn` of
+        `from_epoch` (the same term, or the copy a new leader started from)."""
+        if from_epoch != self.epoch or lsn != self.lsn:
+            raise f.FrameError(f"cannot resume at {from_epoch}/{lsn}: this copy is at "
+                               f"{self.epoch}/{self.lsn}")
+        if epoch != self.epoch:
+            self.epoch = epoch
+            mark_whole(self.data_dir, epoch)
+
+    # ---- the stream ------------------------------------------------------
+
+    def apply(self, batch: list[list]) -> int:
+        """Apply data frames in order and make them durable; returns the
+        last LSN applied."""
+        if self.epoch is None:
+            raise f.FrameError("data frame before a copy")
+        touched: set = set()
+        new_files = False
+        for frame in batch:
+            kind, lsn = frame[0], frame[1]
+            if lsn != self.lsn + 1:
+                raise f.FrameError(f"frame {lsn} after {self.lsn}")
+            if kind == f.MESSAGES:
+                new_files |= self._messages(frame[2], frame[3], touched)
+            elif kind == f.DEFINITION:
+                os.write(self._definitions_fd(), frame[2])
+                touched.add("definitions")
+            elif kind == f.DEFINITIONS_REPLACED:
+                self._replace_definitions(frame[2])
+            elif kind == f.POLICIES:
+                write_document(self.data_dir / f.POLICIES_FILE, frame[2])
+            elif kind == f.DEAD_LETTERS:
+                if self.dead_letter_files is not None:
+                    write_batch(self.dead_letter_files, frame[4], self.body_limit, frame[2],
+                                frame[3])
+            else:
+                raise f.FrameError(f"unknown frame {kind!r}")
+            self.lsn = lsn
+        for what in touched:
+            if what == "definitions":
+                os.fsync(self._definitions)
+            else:
+                handle = self._segments[what]
+                handle.flush()
+                os.fsync(handle.fileno())
+        if new_files:
+            fsync_dir(self.data_dir / "messages")
+        return self.lsn
+
+    def _messages(self, chunks: list, doomed: list, touched: set) -> bool:
+        created = False
+        for number, data in chunks:
+            handle = self._segments.get(number)
+            if handle is None:
+                path = self.data_dir / f.segment_path(number)
+                created = created or not path.exists()
+                handle = self._segments[number] = open(path, "ab")
+            handle.write(data)
+            touched.add(number)
+        for number in doomed:
+            handle = self._segments.pop(number, None)
+            if handle is not None:
+                handle.close()
+            touched.discard(number)
+            (self.data_dir / f.segment_path(number)).unlink(missing_ok=True)
+        # A segment the leader rolled past is complete: close it, as the
+        # leader does.
+        if chunks:
+            newest = max(number for number, _ in chunks)
+            for number in [n for n in self._segments if n < newest]:
+                handle = self._segments.pop(number)
+                if number in touched:
+                    touched.discard(number)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                handle.close()
+        return created
+
+    def _definitions_fd(self) -> int:
+        if self._definitions is None:
+            self._definitions = os.open(self.data_dir / f.DEFINITIONS_FILE,
+                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._definitions
+
+    def _replace_definitions(self, content: bytes) -> None:
+        path = self.data_dir / f.DEFINITIONS_FILE
+        fresh = path.with_name(path.name + ".new")
+        with open(fresh, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if self._definitions is not None:
+            os.close(self._definitions)
+            self._definitions = None
+        os.replace(fresh, path)
+        fsync_dir(path.parent)
+
+    def close(self) -> None:
+        for handle in self._segments.values():
+            handle.close()
+        self._segments.clear()
+        if self._definitions is not None:
+            os.close(self._definitions)
+            self._definitions = None
+        if self._copying:
+            for handle in self._copying.values():
+                handle.close()
+        self._copying = None
+        if self.dead_letter_files is not None:
+            self.dead_letter_files.close()
