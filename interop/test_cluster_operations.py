@@ -148,3 +148,21 @@ def test_the_management_api_forwarded_by_a_follower_checks_the_user(cluster):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=5)
     assert refused.value.code == 401
+
+
+def test_amqpctl_cluster_status_through_any_node(cluster):
+    import json
+    import subprocess
+    import sys
+    leader, others = followers(cluster)
+    done = subprocess.run(
+        [sys.executable, "-m", "policies.ctl", "--port", str(others[0].management_port),
+         "cluster_status", "--formatter", "json"],
+        capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["cluster_name"] == "amqp-server"
+    assert report["leader"] == leader.name
+    assert sorted((n["name"], n["role"], n["in_sync"]) for n in report["nodes"]) == sorted(
+        (node.name, "leader" if node is leader else "follower", True)
+        for node in cluster.nodes)

@@ -183,10 +183,14 @@ async def overview(request: web.Request) -> web.Response:
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked for q in queues)
     conns = _connections(request)
+    config = request.app[BROKER].config
     answer = {
         "management_version": "3.13.0", "rabbitmq_version": "3.13.0",
         "product_name": "amqp-server", "product_version": _version(),
-        "cluster_name": NODE, "node": NODE,
+        # A cluster's name and this node's, as RabbitMQ's overview names them.
+        **({"cluster_name": config.cluster_name, "node": config.node_name}
+           if request.app[BROKER].cluster is not None
+           else {"cluster_name": NODE, "node": NODE}),
         "object_totals": {
             "connections": len(conns),
             "channels": sum(len(c.channels) for c in conns),
