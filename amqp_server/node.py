@@ -108,6 +108,7 @@ class ClusterNode:
             self.session = Session(self.client, config.cluster_lease_ttl)
             await self.session.start()
         except EtcdError as exc:
+            await self.client.close()
             self.lock.release()
             raise ClusterError(f"cannot join the cluster: {exc}") from None
         try:
@@ -135,8 +136,17 @@ class ClusterNode:
             raise ClusterError(f"cannot join the cluster: {exc}") from None
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._observe()), loop.create_task(self._campaign())]
+        for task in self._tasks:
+            task.add_done_callback(self._task_ended)
         log.info("node %s joined cluster %s (etcd %s)", self.node, config.cluster_name,
                  ", ".join(config.cluster_etcd))
+
+    def _task_ended(self, task: asyncio.Task) -> None:
+        """Following and campaigning run as long as the node does: one that
+        ends otherwise is a bug to see, not to lose quietly."""
+        if not task.cancelled() and task.exception() is not None and not self._stopping:
+            log.error("node %s: %s stopped: %r", self.node, task.get_coro().__name__,
+                      task.exception(), exc_info=task.exception())
 
     def addresses(self) -> dict[str, str]:
         host = self.config.cluster_advertise_host or self.config.host

@@ -45,7 +45,7 @@ COPY_CHUNK = 1 << 20
 BACKLOG_BYTES = 64 << 20
 # A follower that needs more than this kept for it (or leaves this much
 # unread in its socket) is dropped; it comes back and takes a copy.
-FOLLOWER_LIMIT = 512 << 20
+FOLLOWER_LIMIT = 256 << 20
 # Publishers are held while this much is shipped but not yet replicated.
 HOLD_BYTES = 64 << 20
 
@@ -143,10 +143,16 @@ class Shipper:
         self._shipped_bytes += len(data)
         self._backlog.append((lsn, time.monotonic(), data, self._shipped_bytes))
         self._backlog_bytes += len(data)
-        for link in self.links.values():
+        for link in list(self.links.values()):
             if link.state == Link.STREAMING:
                 link.send(data)
                 link.sent = lsn
+                if link.unread() > FOLLOWER_LIMIT:
+                    # A follower that stopped reading (paused, cut off) would
+                    # have this process hold everything for it: it comes
+                    # back and resumes or takes a copy.
+                    log.warning("follower %s is not reading; dropping it", link.node)
+                    self._forget(link)
         self._trim()
         self._advance()
         return lsn
