@@ -247,16 +247,21 @@ def _vhost_json(vhost) -> dict:
 # ---- queues -------------------------------------------------------------------
 
 async def list_queues(request: web.Request) -> web.Response:
-    wanted, sampled = _ranges(request), request.app[RATES]
+    try:
+        wanted = rates.ranges(request.query)
+    except rates.InvalidRange as exc:
+        # RabbitMQ's listings name the error so (its object pages and the
+        # overview answer "bad_request").
+        return _error(400, "invalid_range_parameters", str(exc))
+    sampled = request.app[RATES]
     return _listing(request, [rates.merge(queue_json(q), sampled.queue(q, wanted))
                               for v in _vhosts(request) for q in v.queues.values()])
 
 
 async def get_queue(request: web.Request) -> web.Response:
-    wanted = _ranges(request)
-    queue = visible_vhost(request).queue(request.match_info["name"])
+    queue = visible_vhost(request).queue(request.match_info["name"])  # 404 first
     return web.json_response(rates.merge(queue_json(queue),
-                                         request.app[RATES].queue(queue, wanted)))
+                                         request.app[RATES].queue(queue, _ranges(request))))
 
 
 async def put_queue(request: web.Request) -> web.Response:
