@@ -47,9 +47,9 @@ def fill(queue, count: int) -> None:
         queue.enqueue(message(queue.name))
 
 
-def last_minute(now_ms: int) -> dict:
-    return ranges({"lengths_age": "60", "lengths_incr": "5",
-                   "msg_rates_age": "60", "msg_rates_incr": "5"}, now_ms)
+def last_seconds(now_ms: int, age: int = 60) -> dict:
+    return ranges({"lengths_age": str(age), "lengths_incr": "5",
+                   "msg_rates_age": str(age), "msg_rates_incr": "5"}, now_ms)
 
 
 # ---- the query parameters --------------------------------------------------------
@@ -129,7 +129,7 @@ def test_samples_newest_first_with_rabbitmqs_rate_average_rate_and_average(broke
     rates.sample(T0 + 5_000)
     fill(queue, 10)
     rates.sample(T0 + 10_000)
-    details = rates.queue(queue, last_minute(T0 + 10_000))
+    details = rates.queue(queue, last_seconds(T0 + 10_000, 10))
     publish = details["message_stats"]["publish_details"]
     assert publish["samples"] == [{"sample": 15, "timestamp": T0 + 10_000},
                                   {"sample": 5, "timestamp": T0 + 5_000},
@@ -140,30 +140,40 @@ def test_samples_newest_first_with_rabbitmqs_rate_average_rate_and_average(broke
     assert [s["sample"] for s in details["messages_details"]["samples"]] == [15, 5, 0]
 
 
-def test_points_between_ticks_read_the_tick_before_and_none_precede_the_first(broker, rates):
+def test_points_between_ticks_read_the_tick_before_and_zeros_precede_the_first(broker, rates):
     queue = broker.vhosts["/"].declare_queue("work", None)
+    fill(queue, 2)
     rates.sample(T0 + 1_000)  # the sampler started after T0
     fill(queue, 3)
     rates.sample(T0 + 12_000)
-    span = ranges({"msg_rates_age": "60", "msg_rates_incr": "5"}, T0 + 14_000)
+    span = ranges({"msg_rates_age": "20", "msg_rates_incr": "5"}, T0 + 14_000)
     samples = rates.queue(queue, span)["message_stats"]["publish_details"]["samples"]
-    assert samples == [{"sample": 0, "timestamp": T0 + 10_000},
-                       {"sample": 0, "timestamp": T0 + 5_000}]
-    later = ranges({"msg_rates_age": "60", "msg_rates_incr": "5"}, T0 + 15_000)
+    assert samples == [{"sample": 2, "timestamp": T0 + 10_000},
+                       {"sample": 2, "timestamp": T0 + 5_000},
+                       {"sample": 0, "timestamp": T0},
+                       {"sample": 0, "timestamp": T0 - 5_000},
+                       {"sample": 0, "timestamp": T0 - 10_000}]
+    later = ranges({"msg_rates_age": "10", "msg_rates_incr": "5"}, T0 + 15_000)
     samples = rates.queue(queue, later)["message_stats"]["publish_details"]["samples"]
-    assert [s["sample"] for s in samples] == [3, 0, 0]
+    assert [s["sample"] for s in samples] == [5, 2, 2]
+
+
+def test_no_samples_before_the_first_tick(broker, rates):
+    queue = broker.vhosts["/"].declare_queue("work", None)
+    answer = rates.queue(queue, last_seconds(T0))
+    assert answer["messages_details"] == {"rate": 0.0, "samples": []}
 
 
 def test_a_queue_declared_between_ticks_was_empty_before(broker, rates):
     rates.sample(T0)
     queue = broker.vhosts["/"].declare_queue("late", None)
     fill(queue, 4)
-    answer = rates.queue(queue, last_minute(T0 + 1_000))  # not sampled yet
-    assert answer["messages_details"]["samples"] == [
+    answer = rates.queue(queue, last_seconds(T0 + 1_000))  # not sampled yet
+    assert answer["messages_details"]["samples"][:2] == [
         {"sample": 0, "timestamp": T0 + 5_000}, {"sample": 0, "timestamp": T0}]
     rates.sample(T0 + 5_000)
-    answer = rates.queue(queue, last_minute(T0 + 5_000))
-    assert [s["sample"] for s in answer["messages_details"]["samples"]] == [4, 0]
+    answer = rates.queue(queue, last_seconds(T0 + 5_000))
+    assert [s["sample"] for s in answer["messages_details"]["samples"]][:3] == [4, 0, 0]
 
 
 def test_dead_letters_are_counted_by_reason(broker, rates):
@@ -214,7 +224,7 @@ def test_anyone_else_sees_the_sums_of_their_vhosts_which_never_go_down(broker, r
     assert (stats["publish"], stats["publish_details"]) == (10, {"rate": 2.0})
     broker.vhosts["/"].delete_queue(mine, False, False)
     rates.sample(T0 + 10_000)
-    answer = rates.overview(["/"], False, last_minute(T0 + 10_000))
+    answer = rates.overview(["/"], False, last_seconds(T0 + 10_000, 10))
     assert answer["message_stats"]["publish"] == 10  # the deleted queue's count stays
     assert [s["sample"] for s in answer["message_stats"]["publish_details"]["samples"]] == [
         10, 10, 0]
@@ -231,6 +241,45 @@ def test_a_deleted_vhost_is_forgotten(broker, rates):
     rates.sample(T0 + 5_000)
     assert "gone" not in rates.vhosts and "gone" not in rates.retired
     assert not rates.queues
+
+
+# ---- the timer ----------------------------------------------------------------------------
+
+class Loop:
+    """Records what would be called when, and runs it on demand."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def call_later(self, delay, callback, *args):
+        self.calls.append((delay, callback, args))
+        return self
+
+    def cancel(self) -> None:
+        self.calls.clear()
+
+    def fire(self):
+        delay, callback, args = self.calls.pop(0)
+        callback(*args)
+        return delay
+
+
+def test_ticks_fall_on_the_intervals_multiples_once_each(broker):
+    now = [1_800_000_002.5]  # seconds, between two multiples of 5
+    rates = Rates(broker, clock=lambda: now[0])
+    loop = Loop()
+    rates.start(loop)
+    assert rates.ticks == 1  # one at once
+    assert loop.calls[0][0] == pytest.approx(2.5) and loop.calls[0][2] == (1_800_000_005.0,)
+    now[0] = 1_800_000_004.998  # the loop's clock fires a little early
+    loop.fire()
+    assert rates.times[1] == 1_800_000_005_000
+    assert loop.calls[0][2] == (1_800_000_010.0,)  # not 005 a second time
+    now[0] = 1_800_000_027.0  # the loop was stuck: the next multiple after now
+    loop.fire()
+    assert loop.calls[0][2] == (1_800_000_030.0,)
+    rates.stop()
+    assert not loop.calls and rates.ticks == 3
 
 
 # ---- a fixed memory cost -----------------------------------------------------------------

@@ -147,9 +147,10 @@ class History:
 class Rates:
     """The sampler and the answers drawn from it."""
 
-    def __init__(self, broker, interval: float = INTERVAL) -> None:
+    def __init__(self, broker, interval: float = INTERVAL, clock=time.time) -> None:
         self.broker = broker
         self.interval = interval
+        self.clock = clock  # seconds, wall clock
         self.ticks = 0
         self.times = array("q", bytes(8 * OVERVIEW_SAMPLES))  # ms of each tick
         self.overall: History | None = None
@@ -172,20 +173,25 @@ class Rates:
             self._handle.cancel()
         self._handle = self._loop = None
 
-    def _schedule(self) -> None:
-        now = time.time()
+    def _schedule(self, last: float | None = None) -> None:
+        """The next multiple of the interval after now, and after `last`:
+        the loop's clock is not the wall clock, so a timer may fire a
+        little before its multiple, which must not bring a second tick."""
+        now = self.clock()
         due = (math.floor(now / self.interval) + 1) * self.interval
+        if last is not None:
+            due = max(due, last + self.interval)
         self._handle = self._loop.call_later(due - now, self._tick, due)
 
     def _tick(self, due: float) -> None:
-        self._schedule()
+        self._schedule(due)
         self.sample(due * 1000)
 
     # ---- one tick ----------------------------------------------------------
 
     def sample(self, now_ms: float | None = None) -> None:
         """Read every counter once (the timer's work; tests call it too)."""
-        now = int(time.time() * 1000 if now_ms is None else now_ms)
+        now = int(self.clock() * 1000 if now_ms is None else now_ms)
         if self.ticks and now <= self.times[(self.ticks - 1) % OVERVIEW_SAMPLES]:
             now = self.times[(self.ticks - 1) % OVERVIEW_SAMPLES] + 1
         tick = self.ticks
@@ -322,8 +328,10 @@ class Rates:
 
     def _points(self, histories, width: int, capacity: int, span: Range) -> list[tuple]:
         """(timestamp, reading) at each point of the range, newest first: the
-        reading of the last tick at or before the point; none before the
-        oldest tick kept."""
+        reading of the last tick at or before the point.  Before the first
+        tick everything was zero (the counters count from the start, as
+        RabbitMQ's samples do); before the oldest tick kept once the ring
+        has come round, nothing is known and no point is given."""
         oldest = self._retained(capacity)
         tick = self.ticks - 1
         points = []
@@ -331,9 +339,12 @@ class Rates:
         while at >= span.first:
             while tick >= oldest and self.times[tick % OVERVIEW_SAMPLES] > at:
                 tick -= 1
-            if tick < oldest:
+            if tick >= oldest:
+                points.append((at, self._reading(histories, width, tick)))
+            elif oldest == 0 and self.ticks:
+                points.append((at, (0,) * width))
+            else:
                 break
-            points.append((at, self._reading(histories, width, tick)))
             at -= span.incr
         return points
 
