@@ -57,11 +57,12 @@ from .shapes import (
 )
 
 
+# The sampler of message rates and queue depths (rates.py), one per app.
+RATES = web.AppKey("rates", rates.Rates)
+
+
 def _error(status: int, error: str, reason: str) -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=status)
-
-
-RATES = web.AppKey("rates", rates.Rates)
 
 
 def not_found() -> web.Response:
