@@ -233,7 +233,7 @@ class Rates:
     # ---- answers -------------------------------------------------------------
 
     def overview(self, vhosts: Iterable[str], everything: bool,
-                 wanted: dict[str, Range | None], now_ms: float | None = None) -> dict:
+                 wanted: dict[str, Range | None]) -> dict:
         """The overview's counters with their details: the broker's own for
         a user who sees `everything` (RabbitMQ's global statistics), else
         the sums of the given virtual hosts' queues."""
@@ -246,7 +246,7 @@ class Rates:
             current = self._vhost_totals(names)
             histories = [self.vhosts.get(name) for name in names]
             fields, capacity = QUEUE_FIELDS, OVERVIEW_SAMPLES
-        details = self._details(histories, len(fields), capacity, wanted, now_ms)
+        details = self._details(histories, len(fields), capacity, wanted)
         stats, dead, totals = {}, {}, {}
         for name, value, detail in zip(fields, current, details):
             if name.startswith("dead_lettered."):
@@ -261,13 +261,12 @@ class Rates:
                 "dead_lettered": {r: dead[r] for r in REASONS},
                 "dead_lettered_details": {r: dead[r + "_details"] for r in REASONS}}
 
-    def queue(self, queue, wanted: dict[str, Range | None],
-              now_ms: float | None = None) -> dict:
+    def queue(self, queue, wanted: dict[str, Range | None]) -> dict:
         """The `_details` of a queue's counters and lengths, to merge into
         its JSON (merge())."""
         known = self.queues.get(queue)
         details = self._details([known[1] if known else None], len(QUEUE_FIELDS),
-                                QUEUE_SAMPLES, wanted, now_ms)
+                                QUEUE_SAMPLES, wanted)
         answer: dict = {"message_stats": {}, "dead_lettered_details": {}}
         for name, detail in zip(QUEUE_FIELDS, details):
             if name.startswith("dead_lettered."):
@@ -289,7 +288,7 @@ class Rates:
         return tuple(summed)
 
     def _details(self, histories: list[History | None], width: int, capacity: int,
-                 wanted: dict[str, Range | None], now_ms: float | None) -> list[dict]:
+                 wanted: dict[str, Range | None]) -> list[dict]:
         """One `_details` object per field: counters take the msg_rates
         range, lengths the lengths range."""
         lengths_from = width - len(LENGTHS)
