@@ -1,9 +1,17 @@
-"""Screenshots of the web console for the README, taken the way the browser
-tests drive it: `python -m interop.console_screenshots docs/`."""
+"""Screenshots of the web console for the docs, taken the way the browser
+tests drive it, after a few minutes of traffic so that the charts have
+something to show: `python -m interop.console_screenshots docs/ [minutes]`.
+
+It writes console-overview.png, console-queue.png, console-queues.png and
+console-workbench.png."""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pika
@@ -13,29 +21,92 @@ from amqp_server.testing import BrokerThread
 from .browser import Console, start_chromium
 from .test_console_browser import dead_letters_of_every_kind, row_of
 
+WIDTH = 1400
 
-def main(out: str) -> None:
+
+def traffic(url: str, stop: threading.Event) -> None:
+    """Payments published at a rate that swells and ebbs, most consumed and
+    acked, some rejected, some left to expire or pushed out by a length
+    limit: all dead-lettered through `dlx` into orders.dlq."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    dead = {"x-dead-letter-exchange": "dlx"}
+    channel.queue_declare("payments", durable=True, arguments=dead)
+    channel.queue_declare("payments.slow", durable=True,
+                          arguments={**dead, "x-message-ttl": 4000, "x-max-length": 8})
+    sent = 0
+    step = 0
+    try:
+        while not stop.is_set():
+            step += 1
+            burst = 4 + round(12 * (1 + math.sin(step / 12)))
+            for _ in range(burst):
+                sent += 1
+                body = json.dumps({"payment": sent, "amount": sent % 97 + 0.5}).encode()
+                props = pika.BasicProperties(message_id=f"pay-{sent}", delivery_mode=2,
+                                             content_type="application/json")
+                channel.basic_publish("", "payments.slow" if sent % 9 == 0 else "payments",
+                                      body, props)
+            for taken in range(burst - 2 + step % 3):
+                method, _props, _body = channel.basic_get("payments")
+                if method is None:
+                    break
+                if (sent + taken) % 13 == 0:
+                    channel.basic_reject(method.delivery_tag, requeue=False)
+                else:
+                    channel.basic_ack(method.delivery_tag)
+            connection.sleep(0.5)
+    finally:
+        connection.close()
+
+
+def full_page(driver, path: Path) -> None:
+    """The whole page, however long."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(WIDTH, max(1000, height + 140))
+    time.sleep(1)  # the charts follow the new size
+    driver.save_screenshot(str(path))
+    driver.set_window_size(WIDTH, 1000)
+
+
+def main(out: str, minutes: float) -> None:
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     with BrokerThread() as broker:
         connection = pika.BlockingConnection(pika.URLParameters(broker.url))
         dead_letters_of_every_kind(connection.channel())
+        connection.close()
+        stop = threading.Event()
+        sender = threading.Thread(target=traffic, args=(broker.url, stop), daemon=True)
+        sender.start()
         driver = start_chromium()
         try:
             console = Console(driver, broker.management_url)
             console.login("guest", "guest")
+            time.sleep(minutes * 60)
+            console.open("overview")
+            console.until(lambda: console.find("overview-rates-chart").get_attribute(
+                "data-points"))
+            full_page(driver, folder / "console-overview.png")
+            console.open("queues/%2F/payments")
+            console.until(lambda: console.find("queue-rates-chart").get_attribute("data-points"))
+            full_page(driver, folder / "console-queue.png")
             console.open("queues")
             console.until(lambda: "orders.dlq" in (console.column("queues", "Name") or ()))
+            time.sleep(5.5)  # the rate columns
             driver.save_screenshot(str(folder / "console-queues.png"))
+            stop.set()
+            sender.join(10)
             console.open("dead-letters/%2F/orders.dlq")
-            console.until(lambda: len(console.column("messages", "Seq") or ()) == 3)
+            console.until(lambda: len(console.column("messages", "Seq") or ()) >= 3)
             row_of(console, "rejected-1").click()
             console.until(lambda: console.find("timeline").is_displayed())
             driver.save_screenshot(str(folder / "console-workbench.png"))
         finally:
+            stop.set()
             driver.quit()
-            connection.close()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    main(sys.argv[1] if len(sys.argv) > 1 else "docs",
+         float(sys.argv[2]) if len(sys.argv) > 2 else 5.0)

@@ -2,11 +2,15 @@
 (Debian's chromium through Selenium), against a broker in this process that
 pika fills: users see what their tags and permissions allow, dead letters
 made by the broker itself are browsed, filtered and redriven, connections
-closed, policy errors shown."""
+closed, policy errors shown; rates and depths are charted; the workbench
+keeps its list at full width and its actions in view; toggles are legible;
+nothing but the login is there before one logs in."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 
 import pika
 import pytest
@@ -18,10 +22,14 @@ from amqp_server.testing import BrokerThread
 from .browser import Console, start_chromium
 from .test_access import ctl
 from .test_management import http
-from .test_workbench_api import count, wait_get_noack
+from .test_workbench_api import count, dead_letters, wait_get_noack
 from .waiting import wait_for
 
 PW = "pw"
+# The console's colours for the lines these tests look for (console.js).
+PUBLISH_BLUE = (0x1F, 0x5F, 0xBF)  # Publish in a rates chart, Ready in a depth chart
+REJECTED_RED = (0xC8, 0x32, 0x2C)  # rejected in a dead-letter chart
+DATE_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +87,68 @@ def row_of(console: Console, message_id: str):
     rows = console.css(f'#messages tbody tr[data-message-id="{message_id}"]')
     assert len(rows) == 1, message_id
     return rows[0]
+
+
+# How far a chart's line of one colour rises on its canvas, in pixels: the
+# rows between the highest and the lowest pixel of that colour (a line
+# flat at zero spans its own width, a line that rose spans much more);
+# None before the chart has drawn.
+LINE_RISE = """
+const [selector, r, g, b] = arguments;
+const canvas = document.querySelector(selector + " canvas");
+if (!canvas || !canvas.width || !canvas.height) return null;
+const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+let top = null, bottom = null;
+for (let y = 0; y < canvas.height; y++) {
+  for (let x = 0; x < canvas.width; x++) {
+    const i = (y * canvas.width + x) * 4;
+    if (pixels[i + 3] > 200 && Math.abs(pixels[i] - r) + Math.abs(pixels[i + 1] - g) +
+        Math.abs(pixels[i + 2] - b) < 40) {
+      if (top === null) top = y;
+      bottom = y;
+      break;
+    }
+  }
+}
+return top === null ? null : bottom - top;
+"""
+
+
+def line_rise(console: Console, chart_id: str, colour: tuple[int, int, int]) -> int:
+    return console.driver.execute_script(LINE_RISE, "#" + chart_id, *colour) or 0
+
+
+def rises(console: Console, chart_id: str, colour: tuple[int, int, int]) -> None:
+    """Wait until the line has drawn points well above zero."""
+    console.until(lambda: line_rise(console, chart_id, colour) > 20,
+                  f"no line of {colour} rose in #{chart_id}")
+
+
+# An element's computed text colour and the first opaque background behind it.
+COLOURS = """
+const parse = (css) => css.match(/[\\d.]+/g).map(Number);
+const element = arguments[0];
+let node = element;
+let background = [255, 255, 255];
+while (node && node.nodeType === 1) {
+  const colour = parse(getComputedStyle(node).backgroundColor);
+  if (colour.length < 4 || colour[3] > 0) { background = colour.slice(0, 3); break; }
+  node = node.parentElement;
+}
+return [parse(getComputedStyle(element).color).slice(0, 3), background];
+"""
+
+
+def contrast(first, second) -> float:
+    """WCAG 2's contrast ratio of two sRGB colours."""
+    def luminance(rgb) -> float:
+        def linear(value: float) -> float:
+            value /= 255
+            return value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4
+        r, g, b = (linear(v) for v in rgb)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    light, dark = sorted((luminance(first), luminance(second)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
 
 
 def test_log_in_with_the_brokers_users_and_see_only_what_tags_and_permissions_allow(
@@ -156,7 +226,16 @@ def test_workbench_browses_filters_and_redrives_dead_letters_back_with_their_his
     assert ", first at " in steps[1] and "last at" not in steps[1]
     assert "First died" in [th.text for th in console.css("#messages th")]
     assert steps[-1] == "Now in orders.dlq"
-    assert json.loads(console.text("headers"))["trace"] == "rejected-1"
+    headers = json.loads(console.text("headers"))
+    assert headers["trace"] == "rejected-1"
+    # x-death's time is a date-time, the same instant the message carries.
+    shown = headers["x-death"][0]["time"]
+    assert re.fullmatch(DATE_TIME + r" [+-]\d\d:\d\d", shown), shown
+    peeked = http(broker, "GET", "/api/queues/%2F/orders.dlq/messages")[1]["messages"]
+    carried = next(m for m in peeked if m["properties"]["message_id"] == "rejected-1")
+    assert datetime.datetime.strptime(shown, "%Y-%m-%d %H:%M:%S %z").timestamp() == \
+        carried["headers"]["x-death"][0]["time"]
+    assert all(re.fullmatch(DATE_TIME, cell) for cell in console.column("messages", "First died"))
     assert console.text("body-view") == json.dumps({"sku": "A-1", "qty": 2}, indent=2)
     console.find("body-text").click()
     assert console.text("body-view") == '{"sku": "A-1", "qty": 2}'
@@ -277,14 +356,14 @@ def test_policies_are_set_with_their_validation_errors_shown_and_cleared(broker,
     assert http(broker, "GET", "/api/policies")[1] == []
 
 
-def test_overview_shows_alarms_and_dead_letters_per_minute_live(chromium):
+def test_overview_shows_alarms_and_charts_dead_letters_by_reason(chromium):
     config = BrokerConfig(port=0, management_port=0, vm_memory_high_watermark_absolute=1)
     with BrokerThread(config) as broker:
         console = Console(chromium, broker.management_url)
         console.login("guest", "guest")
         console.open("overview")
         console.until(lambda: "memory alarm" in console.text("overview-alarms"))
-        console.until(lambda: console.text("dead-rejected").startswith("0.0"))
+        console.until(lambda: "rejected: 0 in all" in console.text("dead-rejected"))
         connection = pika.BlockingConnection(pika.URLParameters(broker.url))
         try:
             channel = connection.channel()
@@ -298,8 +377,130 @@ def test_overview_shows_alarms_and_dead_letters_per_minute_live(chromium):
                          "properties": {}})[1] == {"routed": True}
             method, _props, _body = wait_get_noack(channel, "work")
             channel.basic_reject(method.delivery_tag, requeue=False)
-            # The next reading turns the count into a rate above zero.
-            console.until(lambda: "1 in all" in console.text("dead-rejected")
-                          and float(console.text("dead-rejected").split()[0]) > 0)
+            # The broker's next sample shows it: in the last minute's count
+            # and as a rise of the rejected line.
+            console.until(lambda: console.text("dead-rejected").split("\n") == [
+                "1", "rejected: 1 in all"])
+            rises(console, "overview-dead-chart", REJECTED_RED)
         finally:
             connection.close()
+
+
+def test_overview_charts_message_rates_and_queue_depths_after_traffic(broker, console, channel):
+    console.login("guest", "guest")
+    console.open("overview")
+    # The rate boxes say something from the first answer on.
+    console.until(lambda: re.fullmatch(r"\d+(\.\d+)?/s\nPublish", console.text("rate-publish")))
+    assert line_rise(console, "overview-rates-chart", PUBLISH_BLUE) < 10
+    channel.queue_declare("work")
+    for _ in range(40):
+        channel.basic_publish("", "work", b"x")
+    for acked in (True,) * 10 + (False,) * 5:
+        method, _props, _body = wait_get_noack(channel, "work")
+        if acked:
+            channel.basic_ack(method.delivery_tag)
+    rises(console, "overview-rates-chart", PUBLISH_BLUE)  # publishes per second
+    rises(console, "overview-depth-chart", PUBLISH_BLUE)  # ready messages
+    assert int(console.find("overview-rates-chart").get_attribute("data-points")) >= 1
+    console.until(lambda: console.text("total-ready") == "25\nReady")
+
+
+def test_a_queue_page_charts_its_depth_and_leads_to_its_messages(broker, console, channel):
+    channel.queue_declare("orders")
+    console.login("guest", "guest")
+    console.open("queues")
+    console.shows("queues", "Name", ["orders"])
+    console.css("#queues a")[0].click()
+    console.until(lambda: console.text("queue-title") == "orders (/)")
+    for _ in range(25):
+        channel.basic_publish("", "orders", b"x")
+    rises(console, "queue-depth-chart", PUBLISH_BLUE)  # ready messages
+    rises(console, "queue-rates-chart", PUBLISH_BLUE)  # publishes per second
+    console.until(lambda: console.text("queue-ready").startswith("25"))
+    console.find("queue-browse").click()
+    console.until(lambda: console.text("workbench-title") == "orders (/)")
+    console.shows("messages", "Seq", [str(n) for n in range(25)])
+
+
+# The workbench's list and action bar against the window (CSS pixels).
+GEOMETRY = """
+const box = (node) => node.getBoundingClientRect();
+const rows = [...document.querySelectorAll("#messages tbody tr")];
+const redrive = box(document.getElementById("action-redrive"));
+const atRedrive = document.elementFromPoint(redrive.left + redrive.width / 2,
+                                            redrive.top + redrive.height / 2);
+return {width: document.documentElement.clientWidth, height: window.innerHeight,
+        scrolled: window.scrollY, table: box(document.getElementById("messages")).width,
+        rows: rows.map((row) => box(row).height),
+        actions: [box(document.getElementById("actions")).top,
+                  box(document.getElementById("actions")).bottom],
+        redriveShown: atRedrive !== null && atRedrive.id === "action-redrive"};
+"""
+
+
+def test_workbench_list_takes_the_full_width_and_its_actions_stay_in_view(broker, console,
+                                                                        channel):
+    notes = "a note long enough to have wrapped over several lines before " * 3
+    dead_letters(channel, [json.dumps({"order": n, "note": notes}).encode() for n in range(50)])
+    console.login("guest", "guest")
+    console.open("dead-letters/%2F/work.dlq")
+    console.until(lambda: len(console.column("messages", "Seq") or ()) == 50)
+    at_top = console.driver.execute_script(GEOMETRY)
+    assert at_top["table"] >= 0.9 * at_top["width"], at_top
+    # One line a message: every row as tall as the shortest.
+    assert max(at_top["rows"]) - min(at_top["rows"]) <= 1 and max(at_top["rows"]) < 40, at_top
+    assert 0 <= at_top["actions"][0] and at_top["actions"][1] <= at_top["height"], at_top
+    assert at_top["redriveShown"]
+
+    last = row_of(console, "m-49")
+    console.driver.execute_script("arguments[0].scrollIntoView({block: 'end'})", last)
+    at_end = console.driver.execute_script(GEOMETRY)
+    assert at_end["scrolled"] > 0, "50 rows should not fit the window"
+    assert 0 <= at_end["actions"][0] and at_end["actions"][1] <= at_end["height"], at_end
+    assert at_end["redriveShown"], "the action bar is covered at the end of the list"
+    # Pick the last message and redrive it without going back up.
+    last.find_element(console.by.CSS_SELECTOR, "input.pick").click()
+    console.find("action-redrive").click()
+    console.until(lambda: console.text("task-status").startswith(
+        "redrive completed: 1 of 1 done; 1 moved"))
+
+
+def test_body_toggles_are_legible_in_either_state(broker, console, channel):
+    dead_letters(channel, [b'{"sku": "A-1"}'])
+    console.login("guest", "guest")
+    console.open("dead-letters/%2F/work.dlq")
+    row_of(console, "m-0").click()
+    for chosen in ("body-text", "body-json", "body-hex"):
+        console.find(chosen).click()
+        console.until(lambda chosen=chosen: "active" in console.find(chosen).get_attribute("class"))
+        assert console.find(chosen).get_attribute("aria-pressed") == "true"
+        for toggle in ("body-text", "body-json", "body-hex"):
+            text, background = console.driver.execute_script(COLOURS, console.find(toggle))
+            ratio = contrast(text, background)
+            assert ratio >= 4.5, (chosen, toggle, text, background, ratio)
+
+
+def test_nothing_but_the_login_form_before_logging_in(broker, console):
+    from selenium.common.exceptions import ElementNotInteractableException
+
+    console.driver.get(console.base + "/")
+    console.driver.execute_script("sessionStorage.clear()")
+    console.driver.get(console.base + "/?fresh#/queues")
+    console.until(lambda: console.find("login").is_displayed())
+    links = console.css("#nav a")
+    assert len(links) >= 7
+    assert not console.find("nav").is_displayed()
+    assert not any(link.is_displayed() for link in links)
+    for link in links:
+        with pytest.raises(ElementNotInteractableException):
+            link.click()
+    assert not console.find("logout").is_displayed()
+    console.driver.execute_script("location.hash = '#/admin'")
+    assert console.find("login").is_displayed() and not console.find("view").is_displayed()
+    assert console.find("view").get_attribute("innerHTML") == ""
+
+    console.login("guest", "guest")
+    assert console.find("nav").is_displayed() and not console.find("login").is_displayed()
+    console.find("logout").click()
+    console.until(lambda: console.find("login").is_displayed())
+    assert not console.find("nav").is_displayed()

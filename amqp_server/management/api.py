@@ -9,6 +9,7 @@ Errors keep RabbitMQ's shapes: 401 {"error": "not_authorized"}, 404
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import ipaddress
@@ -22,7 +23,7 @@ from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
-from . import console, health, messages, metrics, users, workbench_routes
+from . import console, health, messages, metrics, rates, users, workbench_routes
 from .requests import (
     BROKER,
     USER_KEY,
@@ -43,11 +44,14 @@ from .shapes import (
     channel_json,
     connection_json,
     consumer_json,
-    dead_lettered_totals,
     exchange_json,
     queue_json,
     vhost_bindings,
 )
+
+
+# The sampler of message rates and queue depths (rates.py), one per app.
+RATES = web.AppKey("rates", rates.Rates)
 
 
 def _error(status: int, error: str, reason: str) -> web.Response:
@@ -177,12 +181,14 @@ def _connections(request: web.Request) -> list:
 # ---- overview, vhosts, whoami -----------------------------------------------
 
 async def overview(request: web.Request) -> web.Response:
-    """Totals over the vhosts the user may see; listeners for monitors."""
+    """Totals over the vhosts the user may see; listeners for monitors.
+    Message rates and queue depths as RabbitMQ gives them (rates.py): the
+    broker's own for monitors, the user's vhosts' for anyone else."""
+    wanted = _ranges(request)
     vhosts = _vhosts(request)
     queues = [q for v in vhosts for q in v.queues.values()]
-    ready = sum(q.message_count for q in queues)
-    unacked = sum(q.unacked for q in queues)
     conns = _connections(request)
+    monitor = access_control(request).is_monitor(request[USER_KEY])
     config = request.app[BROKER].config
     answer = {
         "management_version": "3.13.0", "rabbitmq_version": "3.13.0",
@@ -191,25 +197,31 @@ async def overview(request: web.Request) -> web.Response:
         **({"cluster_name": config.cluster_name, "node": config.node_name}
            if request.app[BROKER].cluster is not None
            else {"cluster_name": NODE, "node": NODE}),
+        "rates_mode": "basic",
+        "sample_retention_policies": {
+            "global": [rates.OVERVIEW_SAMPLES * int(rates.INTERVAL)],
+            "basic": [rates.QUEUE_SAMPLES * int(rates.INTERVAL)], "detailed": []},
         "object_totals": {
             "connections": len(conns),
             "channels": sum(len(c.channels) for c in conns),
             "exchanges": sum(len(v.exchanges) for v in vhosts),
             "queues": len(queues),
             "consumers": sum(len(q.consumers) for q in queues)},
-        "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
-                         "messages_unacknowledged": unacked},
-        "message_stats": {"publish": sum(q.published for q in queues),
-                          "deliver_get": sum(q.delivered for q in queues),
-                          "ack": sum(q.acked for q in queues)},
-        "dead_lettered": dead_lettered_totals(queues),
+        **request.app[RATES].overview([v.name for v in vhosts], monitor, wanted),
         # Resource alarms block every publisher: anyone may know they are on.
         "alarms": sorted(request.app[BROKER].alarms),
     }
-    if access_control(request).is_monitor(request[USER_KEY]):
+    if monitor:
         answer["listeners"] = [{"node": NODE, **listener}
                                for listener in health.listeners(request)]
     return web.json_response(answer)
+
+
+def _ranges(request: web.Request) -> dict:
+    try:
+        return rates.ranges(request.query)
+    except rates.InvalidRange as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _version() -> str:
@@ -241,12 +253,21 @@ def _vhost_json(vhost) -> dict:
 # ---- queues -------------------------------------------------------------------
 
 async def list_queues(request: web.Request) -> web.Response:
-    return _listing(request, [queue_json(q) for v in _vhosts(request)
-                              for q in v.queues.values()])
+    try:
+        wanted = rates.ranges(request.query)
+    except rates.InvalidRange as exc:
+        # RabbitMQ's listings name the error so (its object pages and the
+        # overview answer "bad_request").
+        return _error(400, "invalid_range_parameters", str(exc))
+    sampled = request.app[RATES]
+    return _listing(request, [rates.merge(queue_json(q), sampled.queue(q, wanted))
+                              for v in _vhosts(request) for q in v.queues.values()])
 
 
 async def get_queue(request: web.Request) -> web.Response:
-    return web.json_response(queue_json(visible_vhost(request).queue(request.match_info["name"])))
+    queue = visible_vhost(request).queue(request.match_info["name"])  # 404 first
+    return web.json_response(rates.merge(queue_json(queue),
+                                         request.app[RATES].queue(queue, _ranges(request))))
 
 
 async def put_queue(request: web.Request) -> web.Response:
@@ -532,6 +553,16 @@ def make_app(broker, listeners=None) -> web.Application:
     checks and the overview (by default the AMQP port of the config)."""
     app = web.Application(middlewares=[auth_and_errors])
     app[BROKER] = broker
+    # The sampler behind every rate runs while the app does.
+    app[RATES] = sampler = rates.Rates(broker)
+
+    async def start_sampling(_app: web.Application) -> None:
+        sampler.start(asyncio.get_running_loop())
+
+    async def stop_sampling(_app: web.Application) -> None:
+        sampler.stop()
+    app.on_startup.append(start_sampling)
+    app.on_cleanup.append(stop_sampling)
     app[health.LISTENERS] = listeners or (lambda: [{"protocol": "amqp",
                                                     "port": broker.config.port}])
     r = app.router
@@ -594,6 +625,11 @@ class ManagementServer:
 
     def make_app(self) -> web.Application:
         return make_app(self.broker, self.listeners)
+
+    @property
+    def rates(self) -> rates.Rates | None:
+        """The app's sampler, while it runs."""
+        return self._runner.app.get(RATES) if self._runner is not None else None
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.make_app(), access_log=None)

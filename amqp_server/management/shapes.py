@@ -39,16 +39,6 @@ def dead_letter_counters(queue) -> dict:
     }
 
 
-def dead_lettered_totals(queues) -> dict:
-    """Messages dead-lettered by the given queues, by reason (the console
-    turns two readings into dead letters per minute)."""
-    totals = {reason: 0 for reason in REASONS}
-    for queue in queues:
-        for reason, count in queue.stats["dead_lettered"].items():
-            totals[reason] = totals.get(reason, 0) + count
-    return totals
-
-
 def queue_json(queue) -> dict:
     policy = queue.policy
     operator = queue.operator_policy

@@ -4,7 +4,8 @@ The page and its script are public; everything they show comes from the
 HTTP API, which the script calls with the credentials the user typed
 (HTTP basic), so the console sees and does exactly what the API lets that
 user see and do, through the one permission service.  The files ship in
-the package: no CDN, no build step.
+the package: no CDN, no build step.  The one library, uPlot (the charts),
+is in vendor/ as its npm package ships it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ FILES = {
     "index.html": "text/html",
     "console.css": "text/css",
     "console.js": "application/javascript",
+    "vendor/uPlot.iife.min.js": "application/javascript",
+    "vendor/uPlot.min.css": "text/css",
 }
 
 
@@ -31,6 +34,8 @@ async def index(_request: web.Request) -> web.Response:
 
 async def asset(request: web.Request) -> web.Response:
     name = request.match_info["file"]
+    if request.match_info.get("folder"):
+        name = request.match_info["folder"] + "/" + name
     if name not in FILES:
         raise web.HTTPNotFound()
     return _file(name)
@@ -51,3 +56,4 @@ def _file(name: str) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/", index)
     app.router.add_get("/console/{file}", asset)
+    app.router.add_get("/console/{folder}/{file}", asset)

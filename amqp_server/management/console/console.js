@@ -1,16 +1,22 @@
 // The web console: a page per hash (#/queues, #/dead-letters/vhost/name ...),
 // everything read from and done through the management HTTP API with the
-// logged-in user's credentials.  Plain DOM, no library, no build step.
+// logged-in user's credentials.  Plain DOM, no build step; the charts are
+// uPlot's (vendor/, shipped with the package).
 "use strict";
 (() => {
   const POLL_MS = 5000;
   const TASK_POLL_MS = 500;
   const REASONS = ["rejected", "expired", "maxlen", "delivery_limit"];
   const STORED = "amqp-console-auth";
+  // The minutes the charts cover: the broker keeps ten for the overview,
+  // five for each queue (sample_retention_policies), a sample every 5 s.
+  const OVERVIEW_RANGE = "lengths_age=600&lengths_incr=5&msg_rates_age=600&msg_rates_incr=5";
+  const QUEUE_RANGE = "lengths_age=300&lengths_incr=5&msg_rates_age=300&msg_rates_incr=5";
   let auth = sessionStorage.getItem(STORED);
   let me = null;
   let poller = null;
   let viewToken = 0;  // a view's late answers are dropped once another view is shown
+  let leaving = [];  // what the shown view lets go of when another is shown
 
   // ---- small DOM helpers (text is always set as text, never as HTML) ----------
 
@@ -32,8 +38,24 @@
   const $ = (selector, root = document) => root.querySelector(selector);
   const enc = encodeURIComponent;
   const compact = (value) => (value && Object.keys(value).length ? JSON.stringify(value) : "");
-  const when = (seconds) => (seconds ? new Date(seconds * 1000).toLocaleString() : "");
-  const rateText = (perSecond) => (perSecond === undefined ? "" : perSecond.toFixed(1) + "/s");
+  const pad = (n) => String(n).padStart(2, "0");
+  // A time as people read it: local, to the second, always in one form
+  // (with the offset from UTC where it stands alone).
+  function dateTime(seconds, withZone = false) {
+    const d = new Date(seconds * 1000);
+    let text = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    if (withZone) {
+      const east = -d.getTimezoneOffset();
+      text += ` ${east < 0 ? "-" : "+"}${pad(Math.floor(Math.abs(east) / 60))}:${pad(Math.abs(east) % 60)}`;
+    }
+    return text;
+  }
+  const when = (seconds) => (seconds ? dateTime(seconds) : "");
+  const number = (value) => (Number.isInteger(value) ? String(value)
+    : Math.abs(value) >= 10 ? value.toFixed(1) : value.toFixed(2));
+  const rateText = (details) => (details && typeof details.rate === "number"
+    ? number(details.rate) + "/s" : "");
 
   // A button that asks for a second click before doing something destructive.
   function confirming(label, action, attrs = {}) {
@@ -80,20 +102,93 @@
     return data;
   }
 
-  // Per-second rates from two readings of counters, kept per key.
-  const readings = new Map();
-  function rates(key, counters) {
-    const now = performance.now();
-    const last = readings.get(key);
-    readings.set(key, {at: now, counters});
-    if (!last || now <= last.at) return {};
-    const seconds = (now - last.at) / 1000;
-    const out = {};
-    for (const [name, value] of Object.entries(counters)) {
-      if (name in last.counters) out[name] = Math.max(0, value - last.counters[name]) / seconds;
-    }
-    return out;
+  // ---- charts of the broker's samples ------------------------------------------
+
+  // Each *_details object of the API carries `samples` (newest first) when
+  // asked for a range.  Lines of one chart share the timestamps of its range.
+  // `perSecond`: the samples are counters, charted as their rate between
+  // neighbouring samples; else as they are (queue depths).
+  function chartData(detailsList, perSecond) {
+    const first = detailsList.find((d) => d && d.samples && d.samples.length > 1);
+    if (!first) return null;
+    const times = first.samples.map((s) => s.timestamp).reverse();
+    const columns = detailsList.map((d) => {
+      const byTime = new Map(((d && d.samples) || []).map((s) => [s.timestamp, s.sample]));
+      return times.map((t) => (byTime.has(t) ? byTime.get(t) : null));
+    });
+    if (!perSecond) return [times.map((t) => t / 1000), ...columns];
+    return [times.slice(1).map((t) => t / 1000), ...columns.map((column) => column.slice(1).map(
+      (value, i) => (value === null || column[i] === null ? null
+        : Math.max(0, ((value - column[i]) * 1000) / (times[i + 1] - times[i])))))];
   }
+
+  // What a counter rose by over the last `seconds` of its samples.
+  function risen(details, seconds) {
+    const samples = (details && details.samples) || [];
+    if (!samples.length) return null;
+    const newest = samples[0];
+    const older = samples.find((s) => s.timestamp <= newest.timestamp - seconds * 1000) ||
+      samples[samples.length - 1];
+    return newest.sample - older.sample;
+  }
+
+  // A time-series chart (uPlot) drawn from chartData; `lines`: [{label, colour}].
+  // `span`: the seconds the time axis covers, ending at the newest sample.
+  function chart(id, title, unit, span) {
+    const box = el("div", {class: "chart", id});
+    const empty = el("p", {class: "muted", id: id + "-waiting",
+      text: "Waiting for the broker's next samples (one every 5 seconds)."});
+    const node = el("div", {class: "card chart-card"}, el("h2", {text: title}), empty, box);
+    let plot = null;
+    const size = () => ({width: Math.max(240, box.clientWidth), height: 200});
+    const axis = {stroke: "#5c6b7a", grid: {stroke: "#e3e8ec", width: 1}, ticks: {stroke: "#d6dde4"}};
+    leaving.push(() => { if (plot) plot.destroy(); plot = null; });
+    return {
+      node,
+      draw(lines, data) {
+        empty.hidden = Boolean(data);
+        if (!data) return;
+        box.dataset.points = String(data[0].length);
+        if (plot) { plot.setData(data); return; }
+        plot = new uPlot({
+          ...size(),
+          cursor: {drag: {x: false, y: false}},
+          scales: {x: {time: true, range: (_u, _min, max) => [max - span, max]},
+            y: {range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1]}},
+          axes: [{...axis, space: 90, values: (_u, ticks) => ticks.map((t) => dateTime(t)
+            .slice(11, ticks.every((at) => at % 60 === 0) ? 16 : 19))},
+            {...axis, size: 60, values: (_u, ticks) => ticks.map((v) => number(v) + unit)}],
+          series: [{value: (_u, v) => (v === null ? "" : dateTime(v))},
+            ...lines.map((line) => ({label: line.label, stroke: line.colour, width: 2, dash: line.dash,
+              points: {show: false}, value: (_u, v) => (v === null ? "–" : number(v) + unit)}))],
+        }, data, box);
+        const observer = new ResizeObserver(() => { if (plot) plot.setSize(size()); });
+        observer.observe(box);
+        leaving.push(() => observer.disconnect());
+      },
+    };
+  }
+
+  const RATE_LINES = [
+    {key: "publish", label: "Publish", colour: "#1f5fbf"},
+    {key: "confirm", label: "Confirm", colour: "#0f9fb5"},
+    {key: "deliver_get", label: "Deliver / get", colour: "#2e9a3a"},
+    {key: "redeliver", label: "Redelivered", colour: "#d08600"},
+    {key: "ack", label: "Ack", colour: "#8a4fc7"},
+    {key: "return_unroutable", label: "Unroutable, returned", colour: "#9c5b3b"},
+    {key: "drop_unroutable", label: "Unroutable, dropped", colour: "#7a7a7a"},
+  ];
+  const LENGTH_LINES = [
+    {key: "messages_ready", label: "Ready", colour: "#1f5fbf"},
+    {key: "messages_unacknowledged", label: "Unacked", colour: "#d08600"},
+    {key: "messages", label: "Total", colour: "#c8322c", dash: [6, 4]},
+  ];
+  const REASON_LINES = [
+    {key: "rejected", label: "rejected", colour: "#c8322c"},
+    {key: "expired", label: "expired", colour: "#d08600"},
+    {key: "maxlen", label: "maxlen", colour: "#8a4fc7"},
+    {key: "delivery_limit", label: "delivery_limit", colour: "#1f5fbf"},
+  ];
 
   // ---- a sortable, filterable table --------------------------------------------
 
@@ -143,6 +238,10 @@
     return {node: wrap, set(newRows) { rows = newRows; draw(); }};
   }
 
+  // One line of text, cut with an ellipsis where the column ends (the
+  // whole of it in the tooltip).
+  const clip = (text, kind = "") => el("div", {class: ("clip " + kind).trim(), title: text, text});
+
   function errorLine(id) { return el("p", {class: "error", id, role: "alert"}); }
   function showError(node, error) { node.textContent = error ? error.message || String(error) : ""; }
 
@@ -150,31 +249,48 @@
 
   const views = {};
 
+  const tile = (label, value, id) => el("div", {class: "tile", id},
+    el("div", {class: "n", text: value}), el("div", {class: "l", text: label}));
+
+  // Deaths by reason: a chart per second, and a tile per reason with the
+  // dead letters of the last minute and since the broker started.
+  function deadLetterTiles(counts, details) {
+    return REASONS.map((reason) => {
+      const lastMinute = risen(details[reason], 60);
+      return tile(`${reason}: ${counts[reason] ?? 0} in all`,
+        lastMinute === null ? "" : String(lastMinute), "dead-" + reason);
+    });
+  }
+
   views.overview = (root) => {
     const tiles = el("div", {class: "tiles", id: "overview-tiles"});
     const rateTiles = el("div", {class: "tiles", id: "overview-rates"});
     const deadTiles = el("div", {class: "tiles", id: "overview-dead-letters"});
     const alarms = el("div", {id: "overview-alarms"});
     const listeners = el("div", {id: "overview-listeners"});
+    const depth = chart("overview-depth-chart", "Queued messages", "", 600);
+    const rates = chart("overview-rates-chart", "Message rates", "/s", 600);
+    const dead = chart("overview-dead-chart", "Dead-lettered, by reason", "/s", 600);
     root.append(el("h1", {text: "Overview"}), alarms, el("h2", {text: "Totals"}), tiles,
-      el("h2", {text: "Message rates"}), rateTiles,
-      el("h2", {text: "Dead letters per minute, by reason"}), deadTiles, listeners);
-    const tile = (label, value, id) => el("div", {class: "tile", id},
-      el("div", {class: "n", text: value}), el("div", {class: "l", text: label}));
+      el("div", {class: "charts"}, depth.node, rates.node),
+      el("h2", {text: "Message rates now"}), rateTiles,
+      el("div", {class: "charts"}, dead.node, el("div", {class: "card"},
+        el("h2", {text: "Dead letters in the last minute, by reason"}), deadTiles)),
+      listeners);
     return async () => {
-      const o = await api("GET", "/api/overview");
-      const t = o.object_totals, q = o.queue_totals;
+      const o = await api("GET", "/api/overview?" + OVERVIEW_RANGE);
+      const t = o.object_totals, q = o.queue_totals, m = o.message_stats;
       tiles.replaceChildren(tile("Connections", t.connections), tile("Channels", t.channels),
         tile("Exchanges", t.exchanges), tile("Queues", t.queues, "total-queues"),
         tile("Consumers", t.consumers), tile("Ready", q.messages_ready, "total-ready"),
         tile("Unacked", q.messages_unacknowledged), tile("Messages", q.messages));
-      const r = rates("overview", o.message_stats);
-      rateTiles.replaceChildren(tile("Publish", rateText(r.publish)),
-        tile("Deliver / get", rateText(r.deliver_get)), tile("Ack", rateText(r.ack)));
-      const dead = rates("overview-dead", o.dead_lettered || {});
-      deadTiles.replaceChildren(...Object.entries(o.dead_lettered || {}).map(([reason, total]) =>
-        tile(`${reason} (${total} in all)`,
-          dead[reason] === undefined ? "" : (dead[reason] * 60).toFixed(1), "dead-" + reason)));
+      const rateLines = RATE_LINES.filter((line) => m[line.key + "_details"]);
+      rateTiles.replaceChildren(...rateLines.map((line) =>
+        tile(line.label, rateText(m[line.key + "_details"]), "rate-" + line.key)));
+      depth.draw(LENGTH_LINES, chartData(LENGTH_LINES.map((l) => q[l.key + "_details"]), false));
+      rates.draw(rateLines, chartData(rateLines.map((l) => m[l.key + "_details"]), true));
+      dead.draw(REASON_LINES, chartData(REASON_LINES.map((l) => o.dead_lettered_details[l.key]), true));
+      deadTiles.replaceChildren(...deadLetterTiles(o.dead_lettered, o.dead_lettered_details));
       alarms.replaceChildren(...(o.alarms && o.alarms.length
         ? o.alarms.map((a) => el("span", {class: "alarm", text: `${a} alarm: publishers are blocked`}))
         : [el("span", {class: "ok", text: "No resource alarms."})]));
@@ -185,14 +301,16 @@
     };
   };
 
-  views.queues = (root) => {
-    const queueRates = new Map();
+  const queueHref = (q) => `#/queues/${enc(q.vhost)}/${enc(q.name)}`;
+
+  views.queues = (root, vhost, name) => {
+    if (name !== undefined) return queuePage(root, vhost, name);
     const dead = (q) => Object.values(q.dead_lettered || {}).reduce((a, b) => a + b, 0);
+    const rate = (q, key) => q.message_stats?.[key + "_details"]?.rate;
     const t = table("queues", [
       {title: "Virtual host", value: (q) => q.vhost},
       {title: "Name", value: (q) => q.name,
-        show: (q) => el("a", {href: `#/dead-letters/${enc(q.vhost)}/${enc(q.name)}`,
-          title: "Browse its messages in the workbench", text: q.name})},
+        show: (q) => el("a", {href: queueHref(q), text: q.name})},
       {title: "Type", value: (q) => q.type},
       {title: "Policy", value: (q) => q.policy || ""},
       {title: "Arguments", value: (q) => compact(q.arguments)},
@@ -200,22 +318,61 @@
       {title: "Ready", value: (q) => q.messages_ready, num: true},
       {title: "Unacked", value: (q) => q.messages_unacknowledged, num: true},
       {title: "Total", value: (q) => q.messages, num: true},
-      {title: "Publish", value: (q) => queueRates.get(q.vhost + "\0" + q.name)?.publish ?? -1,
-        show: (q) => rateText(queueRates.get(q.vhost + "\0" + q.name)?.publish), num: true},
-      {title: "Deliver", value: (q) => queueRates.get(q.vhost + "\0" + q.name)?.deliver_get ?? -1,
-        show: (q) => rateText(queueRates.get(q.vhost + "\0" + q.name)?.deliver_get), num: true},
+      {title: "Publish", value: (q) => rate(q, "publish") ?? -1,
+        show: (q) => rateText(q.message_stats?.publish_details), num: true},
+      {title: "Deliver", value: (q) => rate(q, "deliver_get") ?? -1,
+        show: (q) => rateText(q.message_stats?.deliver_get_details), num: true},
       {title: "Dead-lettered", value: dead, num: true},
     ], {sortBy: 1, empty: "No queues you may see."});
     root.append(el("h1", {text: "Queues"}), t.node);
-    return async () => {
-      const queues = await api("GET", "/api/queues");
-      for (const q of queues) {
-        const key = q.vhost + "\0" + q.name;
-        queueRates.set(key, rates("queue:" + key, q.message_stats));
-      }
-      t.set(queues);
-    };
+    return async () => t.set(await api("GET", "/api/queues"));
   };
+
+  // One queue as RabbitMQ's queue page shows it, with its dead letters.
+  function queuePage(root, vhost, name) {
+    const base = `/api/queues/${enc(vhost)}/${enc(name)}`;
+    const tiles = el("div", {class: "tiles", id: "queue-tiles"});
+    const about = el("table", {id: "queue-about", class: "facts"});
+    const deadTable = el("table", {id: "queue-dead-letters", class: "facts"});
+    const depth = chart("queue-depth-chart", "Queued messages", "", 300);
+    const rates = chart("queue-rates-chart", "Message rates", "/s", 300);
+    const dead = chart("queue-dead-chart", "Dead-lettered, by reason", "/s", 300);
+    const lines = RATE_LINES.filter((l) => ["publish", "deliver_get", "ack"].includes(l.key));
+    const row = (label, value) => el("tr", {}, el("th", {text: label}), el("td", {text: value}));
+    root.append(el("p", {}, el("a", {href: "#/queues", text: "Queues"}), " / "),
+      el("h1", {id: "queue-title", text: `${name} (${vhost})`}),
+      el("p", {}, el("a", {href: `#/dead-letters/${enc(vhost)}/${enc(name)}`, id: "queue-browse",
+        text: "Browse its messages in the workbench"})),
+      tiles, el("div", {class: "charts"}, depth.node, rates.node),
+      el("div", {class: "charts"}, dead.node,
+        el("div", {class: "card"}, el("h2", {text: "Dead letters"}), deadTable)),
+      el("div", {class: "card"}, el("h2", {text: "Settings"}), about));
+    return async () => {
+      const q = await api("GET", `${base}?${QUEUE_RANGE}`);
+      const m = q.message_stats || {};
+      tiles.replaceChildren(tile("Ready", q.messages_ready, "queue-ready"),
+        tile("Unacked", q.messages_unacknowledged, "queue-unacked"),
+        tile("Total", q.messages, "queue-total"), tile("Delayed", q.messages_delayed),
+        tile("Paged out", q.messages_paged_out), tile("Consumers", q.consumers),
+        ...lines.map((l) => tile(l.label, rateText(m[l.key + "_details"]), "queue-rate-" + l.key)));
+      depth.draw(LENGTH_LINES, chartData(LENGTH_LINES.map((l) => q[l.key + "_details"]), false));
+      rates.draw(lines, chartData(lines.map((l) => m[l.key + "_details"]), true));
+      dead.draw(REASON_LINES, chartData(REASON_LINES.map((l) => q.dead_lettered_details[l.key]), true));
+      const dropped = Object.entries(q.dead_letter_dropped || {}).filter(([, n]) => n > 0);
+      deadTable.replaceChildren(
+        ...REASONS.map((reason) => row(`Dead-lettered, ${reason}`, q.dead_lettered[reason])),
+        row("Died with nowhere to go", dropped.length
+          ? dropped.map(([cause, n]) => `${n} ${cause}`).join(", ") : "0"),
+        row("Expired", q.expired), row("Held for an at-least-once target", q.dead_letter_held));
+      about.replaceChildren(row("Type", q.type), row("Durable", q.durable ? "yes" : "no"),
+        row("Auto-delete", q.auto_delete ? "yes" : "no"),
+        row("Exclusive", q.exclusive ? "yes" : "no"),
+        row("Arguments", compact(q.arguments) || "none"),
+        row("Policy", q.policy || "none"), row("Operator policy", q.operator_policy || "none"),
+        row("Effective policy definition", compact(q.effective_policy_definition) || "none"),
+        row("Single active consumer", q.single_active_consumer_tag || ""));
+    };
+  }
 
   views.exchanges = (root) => {
     const t = table("exchanges", [
@@ -505,7 +662,7 @@
     return el("ol", {class: "timeline", id: "timeline"}, ...items);
   }
 
-  function messageDetail(message, queue) {
+  function messageDetail(message, queue, close) {
     const bytes = Uint8Array.from(atob(message.payload_base64), (c) => c.charCodeAt(0));
     const bodyView = el("pre", {id: "body-view"});
     const tabs = el("div", {class: "tabs"});
@@ -519,27 +676,47 @@
     };
     const show = (name) => {
       bodyView.textContent = forms[name]();
-      [...tabs.children].forEach((b) => b.classList.toggle("active", b.dataset.form === name));
+      for (const b of tabs.children) {
+        b.classList.toggle("active", b.dataset.form === name);
+        b.setAttribute("aria-pressed", String(b.dataset.form === name));
+      }
     };
     for (const name of Object.keys(forms)) {
       tabs.append(el("button", {type: "button", class: "secondary", "data-form": name,
         id: "body-" + name, text: name === "json" ? "JSON" : name[0].toUpperCase() + name.slice(1),
         onclick: () => show(name)}));
     }
+    const property = (k, v) => (k === "timestamp" && typeof v === "number" ? dateTime(v, true)
+      : typeof v === "object" ? JSON.stringify(v) : v);
     const properties = el("table", {id: "properties"},
       ...Object.entries(message.properties).map(([k, v]) =>
-        el("tr", {}, el("th", {text: k}), el("td", {text: typeof v === "object" ? JSON.stringify(v) : v}))),
+        el("tr", {}, el("th", {text: k}), el("td", {text: property(k, v)}))),
       el("tr", {}, el("th", {text: "exchange"}), el("td", {text: message.exchange})),
       el("tr", {}, el("th", {text: "routing key"}), el("td", {text: message.routing_key})));
-    const detail = el("div", {class: "card", id: "message-detail"},
-      el("h2", {text: `Message ${message.properties.message_id ?? "#" + message.seq}`}),
-      el("h2", {text: "Death history"}), timeline(message, queue),
-      el("h2", {text: "Properties"}), properties,
-      el("h2", {text: "Headers"}), el("pre", {id: "headers", text: JSON.stringify(message.headers, null, 2)}),
-      el("h2", {text: `Body (${message.payload_bytes} bytes` +
-        (message.payload_truncated ? ", shown in part)" : ")")}), tabs, bodyView);
+    const detail = el("div", {id: "message-detail"},
+      el("div", {class: "toolbar"},
+        el("h2", {text: `Message ${message.properties.message_id ?? "#" + message.seq}`}),
+        el("button", {type: "button", class: "secondary", id: "detail-close", text: "Close",
+          onclick: close})),
+      el("div", {class: "detail-grid"},
+        el("div", {}, el("h2", {text: "Death history"}), timeline(message, queue),
+          el("h2", {text: "Properties"}), properties),
+        el("div", {}, el("h2", {text: "Headers"}),
+          el("pre", {id: "headers", text: JSON.stringify(readableHeaders(message.headers), null, 2)}),
+          el("h2", {text: `Body (${message.payload_bytes} bytes` +
+            (message.payload_truncated ? ", shown in part)" : ")")}), tabs, bodyView)));
     show(message.payload_text !== null && forms.json() !== "(not JSON)" ? "json" : message.payload_text !== null ? "text" : "hex");
     return detail;
+  }
+
+  // x-death's `time` is an AMQP timestamp, which the API gives as seconds
+  // since the epoch: shown as a date-time.
+  function readableHeaders(headers) {
+    const copy = JSON.parse(JSON.stringify(headers || {}));
+    for (const death of Array.isArray(copy["x-death"]) ? copy["x-death"] : []) {
+      if (death && typeof death.time === "number") death.time = dateTime(death.time, true);
+    }
+    return copy;
   }
 
   function workbench(root, vhost, queue) {
@@ -581,20 +758,21 @@
         ...[20, 50, 100, 500].map((n) => el("option", {value: n, text: `${n} a page`, selected: n === limit}))),
       el("span", {class: "muted", id: "page-position"}),
       el("button", {type: "button", class: "secondary", text: "Refresh", onclick: () => load()}));
-    const detail = el("div", {id: "detail"}, el("p", {class: "muted", text: "Choose a message to see its history."}));
+    let openSeq = null;  // the message shown under its row
 
     // Actions on the selected messages or all the filtered ones.
     const scope = el("select", {id: "action-scope"},
       el("option", {value: "selected", text: "the selected messages"}),
       el("option", {value: "filtered", text: "all messages matching the filter"}));
-    const rate = el("input", {id: "action-rate", type: "number", min: "0", placeholder: "1000",
+    const rate = el("input", {id: "action-rate", class: "short", type: "number", min: "0", placeholder: "1000",
       title: "messages per second; 0: no limit"});
     const moveExchange = el("input", {id: "move-exchange", placeholder: "exchange (\"\" default)"});
     const moveKey = el("input", {id: "move-routing-key", placeholder: "routing key (blank: keep)"});
     const taskView = el("div", {id: "task"});
+    // Above the list and sticky: in view however far down the list one reads.
     const actions = el("div", {class: "card", id: "actions"},
-      el("div", {class: "toolbar"}, "Act on", scope, "at most", rate, "messages/s"),
-      el("div", {class: "toolbar"},
+      el("div", {class: "toolbar"}, "Act on", scope, "at most", rate, "messages/s",
+        el("span", {class: "gap"}),
         el("button", {type: "button", id: "action-redrive", text: "Redrive to origin",
           onclick: () => act("redrive", {})}),
         el("span", {class: "muted", text: "or move to"}), moveExchange, moveKey,
@@ -604,9 +782,12 @@
         confirming("Delete", () => act("delete-messages", {}), {id: "action-delete"})),
       taskView);
 
-    root.append(el("p", {}, el("a", {href: "#/dead-letters", text: "Dead-letter queues"}), " / "),
+    root.append(el("p", {}, el("a", {href: "#/dead-letters", text: "Dead-letter queues"}), " / ",
+      el("a", {href: queueHref({vhost, name: queue}), id: "workbench-queue",
+        text: `queue ${queue}: rates and settings`})),
       el("h1", {id: "workbench-title", text: `${queue} (${vhost})`}), counts, error, filterForm,
-      el("div", {class: "split"}, el("div", {}, el("div", {class: "card"}, pager, listing), actions), detail));
+      actions, el("div", {class: "card"}, pager,
+        el("p", {class: "muted", text: "Choose a message to see its history under it."}), listing));
 
     filterForm.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -630,21 +811,28 @@
 
     function drawList() {
       const page = shownPage;
-      listBody.replaceChildren(...page.messages.map((m) => {
+      if (!page.messages.some((m) => m.seq === openSeq)) openSeq = null;
+      listBody.replaceChildren(...page.messages.flatMap((m) => {
         const box = el("input", {type: "checkbox", class: "pick", "data-seq": m.seq, checked: selected.has(m.seq),
           onclick: (event) => event.stopPropagation(),
           onchange: (event) => { event.target.checked ? selected.add(m.seq) : selected.delete(m.seq); drawActions(); }});
         const origin = m.origin ? `${m.origin.exchange || "(default)"} → ${m.origin.routing_keys.join(", ")}` : "";
-        return el("tr", {class: "clickable" + (selected.has(m.seq) ? " selected" : ""), "data-seq": m.seq,
+        const body = (m.payload_text ?? "(binary)").slice(0, 200);
+        const row = el("tr", {class: "clickable" + (selected.has(m.seq) ? " selected" : "") +
+            (m.seq === openSeq ? " open" : ""), "data-seq": m.seq,
           "data-message-id": m.properties.message_id ?? "",
-          onclick: () => detail.replaceChildren(messageDetail(m, queue))},
+          onclick: () => { openSeq = openSeq === m.seq ? null : m.seq; drawList(); }},
         el("td", {}, box), el("td", {class: "num", text: m.seq}),
-        el("td", {text: m.properties.message_id ?? ""}),
+        el("td", {}, clip(m.properties.message_id ?? "")),
         el("td", {}, m.reason ? el("span", {class: "reason", text: m.reason}) : ""),
-        el("td", {text: m.original_queue ?? ""}), el("td", {text: origin}),
-        el("td", {text: when(m.died_at)}), el("td", {class: "num", text: m.death_count}),
+        el("td", {}, clip(m.original_queue ?? "")), el("td", {}, clip(origin)),
+        el("td", {class: "time", title: m.died_at ? dateTime(m.died_at, true) : "", text: when(m.died_at)}),
+        el("td", {class: "num", text: m.death_count}),
         el("td", {class: "num", text: m.payload_bytes}),
-        el("td", {text: (m.payload_text ?? "(binary)").slice(0, 60)}));
+        el("td", {}, clip(body, "body")));
+        if (m.seq !== openSeq) return [row];
+        return [row, el("tr", {class: "detail-row"}, el("td", {colspan: 10},
+          messageDetail(m, queue, () => { openSeq = null; drawList(); })))];
       }));
       pickAll.checked = page.messages.length > 0 && page.messages.every((m) => selected.has(m.seq));
       drawActions();
@@ -730,12 +918,18 @@
 
   // ---- login, navigation ----------------------------------------------------------
 
+  function leaveView() {
+    for (const done of leaving) done();
+    leaving = [];
+  }
+
   function logout() {
     auth = null;
     me = null;
     sessionStorage.removeItem(STORED);
     clearInterval(poller);
     viewToken++;
+    leaveView();
     $("#nav").hidden = true;
     $("#logout").hidden = true;
     $("#who").textContent = "";
@@ -770,6 +964,7 @@
     }
     clearInterval(poller);
     const token = ++viewToken;
+    leaveView();
     const root = $("#view");
     root.replaceChildren();
     const viewError = errorLine("view-error");
