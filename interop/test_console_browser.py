@@ -405,6 +405,14 @@ def test_overview_charts_message_rates_and_queue_depths_after_traffic(broker, co
     console.until(lambda: console.text("total-ready") == "25\nReady")
 
 
+def test_overview_lists_the_nodes_with_their_role_and_sync(broker, console):
+    console.login("guest", "guest")
+    console.open("overview")
+    console.until(lambda: "amqp-server@localhost" in console.text("overview-nodes"))
+    row = console.text("overview-nodes").splitlines()[-1]
+    assert row.split() == ["amqp-server@localhost", "leader", "yes", "0"]
+
+
 def test_a_queue_page_charts_its_depth_and_leads_to_its_messages(broker, console, channel):
     channel.queue_declare("orders")
     console.login("guest", "guest")

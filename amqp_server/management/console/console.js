@@ -268,6 +268,17 @@
     const deadTiles = el("div", {class: "tiles", id: "overview-dead-letters"});
     const alarms = el("div", {id: "overview-alarms"});
     const listeners = el("div", {id: "overview-listeners"});
+    // The cluster's members (a single broker is a cluster of one), for users
+    // who may see nodes (monitoring, administrator).
+    const nodes = table("overview-nodes", [
+      {title: "Node", value: (n) => n.name},
+      {title: "Role", value: (n) => n.role},
+      {title: "In sync", value: (n) => (n.in_sync ? "yes" : "no")},
+      {title: "Behind (frames)", value: (n) => n.replication_lag ?? -1,
+        show: (n) => (n.replication_lag ?? "?"), num: true},
+    ], {filterable: false, empty: "No nodes to show."});
+    const nodesCard = el("div", {id: "overview-cluster", hidden: true},
+      el("h2", {text: "Nodes"}), nodes.node);
     const depth = chart("overview-depth-chart", "Queued messages", "", 600);
     const rates = chart("overview-rates-chart", "Message rates", "/s", 600);
     const dead = chart("overview-dead-chart", "Dead-lettered, by reason", "/s", 600);
@@ -276,9 +287,15 @@
       el("h2", {text: "Message rates now"}), rateTiles,
       el("div", {class: "charts"}, dead.node, el("div", {class: "card"},
         el("h2", {text: "Dead letters in the last minute, by reason"}), deadTiles)),
-      listeners);
+      nodesCard, listeners);
     return async () => {
       const o = await api("GET", "/api/overview?" + OVERVIEW_RANGE);
+      try {
+        nodes.set(await api("GET", "/api/nodes"));
+        nodesCard.hidden = false;
+      } catch (error) {
+        nodesCard.hidden = true;  // not a monitor: the API says no
+      }
       const t = o.object_totals, q = o.queue_totals, m = o.message_stats;
       tiles.replaceChildren(tile("Connections", t.connections), tile("Channels", t.channels),
         tile("Exchanges", t.exchanges), tile("Queues", t.queues, "total-queues"),
