@@ -106,6 +106,16 @@ async def test_watch_reports_puts_and_deletes_in_order(etcd_cluster):
         assert seen == [("PUT", "/w/a", b"1"), ("PUT", "/w/a", b"2"), ("DELETE", "/w/a", b"")]
 
 
+async def test_a_watch_batch_longer_than_a_read_line(etcd_cluster):
+    # 300 kB of value is 400 kB of base64 on one line of the stream.
+    big = bytes(range(256)) * 1200
+    async with EtcdClient(etcd_cluster.endpoints) as etcd:
+        start = (await etcd.get("/big")).revision + 1
+        await etcd.put("/big", big)
+        events = await etcd.watch_once("/big", start_revision=start, timeout=10)
+        assert [e.kv.value for e in events] == [big]
+
+
 async def test_a_watch_resumes_on_another_member_without_missing_a_change(etcd_cluster):
     served_by = etcd_cluster.raft_follower()
     async with EtcdClient(first(etcd_cluster, served_by)) as etcd:

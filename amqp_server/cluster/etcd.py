@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import errno
 import json
 import socket
@@ -303,6 +304,8 @@ def _normalize(endpoint: str) -> str:
 
 
 def _reason(exc: BaseException, seconds: float) -> str:
+    if isinstance(exc, _CONNECT_TIMEOUT):
+        return f"could not connect within {seconds:.1f} s"
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError on 3.11
         return f"no answer within {seconds:.1f} s"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
@@ -390,6 +393,17 @@ class EtcdClient:
             # Not etcd's gateway (or not etcd at all): nothing was applied.
             raise _NotSent(f"answered HTTP {status} without etcd's JSON")
         return status, data
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, endpoint: str, path: str, body: dict[str, Any]
+                      ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """A streaming request: its messages as they come, for as long as it
+        lasts (no total timeout, only one to connect)."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.attempt_timeout)
+        request = self._session(fresh=True).post(endpoint + path, json=body, headers=_HEADERS,
+                                                 timeout=timeout)
+        async with request as response, contextlib.aclosing(_messages(response)) as messages:
+            yield messages
 
     async def _call(self, path: str, body: dict[str, Any], what: str, *, repeatable: bool,
                     timeout: float | None = None, patient: bool = False) -> dict[str, Any]:
@@ -543,14 +557,8 @@ class EtcdClient:
                 body["create_request"]["start_revision"] = str(next_revision)
             problem = ""
             try:
-                timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.attempt_timeout)
-                async with self._session(fresh=True).post(
-                        endpoint + "/v3/watch", json=body, headers=_HEADERS,
-                        timeout=timeout) as response:
-                    async for line in response.content:
-                        if not line.strip():
-                            continue
-                        message = json.loads(line)
+                async with self._stream(endpoint, "/v3/watch", body) as messages:
+                    async for message in messages:
                         if "error" in message:
                             error = message["error"]
                             problem = (error.get("message") if isinstance(error, dict)
@@ -647,15 +655,10 @@ class EtcdClient:
         Not re-opened on another member when the stream breaks (that raises
         `EtcdError`); it never tells that nobody leads."""
         index, endpoint = self._order()[0]
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.attempt_timeout)
         try:
-            async with self._session(fresh=True).post(
-                    endpoint + "/v3/election/observe", json={"name": _b64(name)},
-                    headers=_HEADERS, timeout=timeout) as response:
-                async for line in response.content:
-                    if not line.strip():
-                        continue
-                    message = json.loads(line)
+            async with self._stream(endpoint, "/v3/election/observe",
+                                    {"name": _b64(name)}) as messages:
+                async for message in messages:
                     if "error" in message:
                         error = message["error"]
                         text = error.get("message") if isinstance(error, dict) else str(error)
@@ -665,6 +668,19 @@ class EtcdClient:
             self._moved_past(index)
             raise EtcdError(f"etcd at {endpoint} is not reachable: "
                             f"{_reason(exc, self.attempt_timeout)}", unreachable=True) from None
+
+
+async def _messages(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a gateway stream, one per line.  Read in chunks
+    and split here: aiohttp's readline refuses lines over 128 KiB, and a
+    watch batch can be longer."""
+    pending = b""
+    async for chunk in response.content.iter_any():
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
 
 
 def _unreachable(failures: list[tuple[str, str]], budget: float) -> str:
