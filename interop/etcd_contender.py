@@ -52,6 +52,8 @@ from amqp_server.cluster import (
 )
 from amqp_server.cluster.leadership import Leader, Term
 
+from .etcd_cluster import stop_process
+
 
 def emit(event: str, **fields: Any) -> None:
     sys.stdout.write(json.dumps({"event": event, "t": time.monotonic(), **fields}) + "\n")
@@ -257,7 +259,7 @@ class ContenderProcess:
         return sent
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGSTOP)
+        stop_process(self.process)
 
     def cont(self) -> None:
         self.process.send_signal(signal.SIGCONT)
