@@ -4,9 +4,11 @@ Why the gateway through aiohttp rather than a gRPC client: aiohttp is
 already the broker's dependency (the management API), the gateway is part of
 every etcd 3.4 server (Debian's `etcd-server` included), and the few calls
 clustering needs (kv range/put/deleterange/txn, lease grant/revoke/keepalive/
-timetolive, watch, the election service) are plain JSON: a grpcio stack would
-add a large compiled dependency for nothing the gateway lacks, and the
-maintained asyncio etcd clients either wrap grpcio or stop at etcd 3.3.
+timetolive, watch, the election service) are plain JSON.  The maintained
+asyncio client (aetcd) is built on grpcio, a large compiled dependency for
+nothing the gateway lacks; and the care this module takes - failover across
+members, which requests may be sent twice, members that are stopped rather
+than dead - is what a thin gateway client would still leave to us.
 
 What the gateway does to the wire format is kept inside this module: keys and
 values travel base64-encoded, int64 fields as JSON strings, fields equal to
