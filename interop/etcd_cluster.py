@@ -28,7 +28,7 @@ import time
 import urllib.request
 from typing import Self
 
-__all__ = ["EtcdCluster", "EtcdMember", "etcd_binary", "free_ports"]
+__all__ = ["EtcdCluster", "EtcdMember", "etcd_binary", "free_ports", "stop_process"]
 
 HEALTHY_TIMEOUT = 30.0
 
@@ -50,6 +50,30 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    """SIGSTOP, and return once every thread of it has stopped: the kernel
+    stops the threads one by one, and on a busy machine one can still answer
+    a request a few milliseconds after the signal was sent."""
+    process.send_signal(signal.SIGSTOP)
+    tasks = f"/proc/{process.pid}/task"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = [_state(f"{tasks}/{tid}/stat") for tid in os.listdir(tasks)]
+        except OSError:
+            time.sleep(0.05)  # no /proc (or it just exited): allow for it
+            return
+        if all(state in "tTZX" for state in states):
+            return
+        time.sleep(0.001)
+    raise RuntimeError(f"process {process.pid} did not stop within {timeout} s of SIGSTOP")
+
+
+def _state(stat_path: str) -> str:
+    with open(stat_path) as stat:
+        return stat.read().rpartition(")")[2].split()[0]
 
 
 class EtcdMember:
@@ -109,7 +133,7 @@ class EtcdMember:
     def stop(self) -> None:
         """SIGSTOP: it keeps its sockets open and answers nothing."""
         assert self.process is not None and self.running
-        self.process.send_signal(signal.SIGSTOP)
+        stop_process(self.process)
         self.stopped = True
 
     def cont(self) -> None:

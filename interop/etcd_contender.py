@@ -52,6 +52,8 @@ from amqp_server.cluster import (
 )
 from amqp_server.cluster.leadership import Leader, Term
 
+from .etcd_cluster import stop_process
+
 
 def emit(event: str, **fields: Any) -> None:
     sys.stdout.write(json.dumps({"event": event, "t": time.monotonic(), **fields}) + "\n")
@@ -198,16 +200,22 @@ class ContenderProcess:
         self.events: list[dict[str, Any]] = []
         self.stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._changed = threading.Condition()
+        self._ended = False  # stdout is closed: no more events
         for stream, target in ((self.process.stdout, self._event), (self.process.stderr,
                                                                       self.stderr.append)):
             threading.Thread(target=self._read, args=(stream, target), daemon=True).start()
 
     def _read(self, stream: Any, target: Any) -> None:
-        for raw in stream:
-            line = raw.decode("utf-8", "replace").rstrip()
-            with self._changed:
-                target(line)
-                self._changed.notify_all()
+        with contextlib.suppress(ValueError, OSError):  # closed by close()
+            for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip()
+                with self._changed:
+                    target(line)
+                    self._changed.notify_all()
+        with self._changed:
+            if stream is self.process.stdout:
+                self._ended = True
+            self._changed.notify_all()
 
     def _event(self, line: str) -> None:
         try:
@@ -227,9 +235,10 @@ class ContenderProcess:
                             and all(seen.get(k) == v for k, v in match.items())):
                         return seen
                 left = deadline - time.monotonic()
-                if left <= 0 or (self.process.poll() is not None and not left):
+                if left <= 0 or self._ended:
                     raise AssertionError(
-                        f"{self.node}: no {event!r} {match or ''} within {timeout} s; events: "
+                        f"{self.node}: no {event!r} {match or ''} within {timeout} s"
+                        f"{' (it exited)' if self._ended else ''}; events: "
                         f"{[e['event'] for e in self.events]}; stderr: {list(self.stderr)}")
                 self._changed.wait(min(left, 0.5))
 
@@ -250,7 +259,7 @@ class ContenderProcess:
         return sent
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGSTOP)
+        stop_process(self.process)
 
     def cont(self) -> None:
         self.process.send_signal(signal.SIGCONT)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import time
 
 import pytest
 
@@ -220,6 +221,21 @@ async def test_a_session_that_cannot_renew_is_lost_before_its_lease_runs_out(etc
         assert not session.alive()
         assert lost[0].startswith(f"lease {session.lease:x} could not be renewed before it ran "
                                   f"out (last renewed ")
+
+
+async def test_a_session_outlives_the_death_of_etcds_raft_leader(etcd_cluster):
+    # etcd answers no renewal for about one election timeout (2.5 s) and
+    # then some: a member that took a renewal meanwhile may sit on it, so
+    # the renewal must go again rather than wait for that member.
+    async with EtcdClient(etcd_cluster.endpoints) as client:
+        session = Session(client, 8)
+        await session.start()
+        raft_leader = next(m for m in etcd_cluster.members if m.is_raft_leader())
+        killed = time.monotonic()
+        raft_leader.kill()
+        assert await until(lambda: session.deadline > killed + session.ttl, seconds=20)
+        assert session.alive() and session.reason is None
+        await session.close()
 
 
 async def test_members_register_their_addresses_on_their_lease(etcd_cluster):

@@ -4,9 +4,11 @@ Why the gateway through aiohttp rather than a gRPC client: aiohttp is
 already the broker's dependency (the management API), the gateway is part of
 every etcd 3.4 server (Debian's `etcd-server` included), and the few calls
 clustering needs (kv range/put/deleterange/txn, lease grant/revoke/keepalive/
-timetolive, watch, the election service) are plain JSON: a grpcio stack would
-add a large compiled dependency for nothing the gateway lacks, and the
-maintained asyncio etcd clients either wrap grpcio or stop at etcd 3.3.
+timetolive, watch, the election service) are plain JSON.  The maintained
+asyncio client (aetcd) is built on grpcio, a large compiled dependency for
+nothing the gateway lacks; and the care this module takes - failover across
+members, which requests may be sent twice, members that are stopped rather
+than dead - is what a thin gateway client would still leave to us.
 
 What the gateway does to the wire format is kept inside this module: keys and
 values travel base64-encoded, int64 fields as JSON strings, fields equal to
@@ -16,11 +18,14 @@ a stream.  Callers see `str` keys, `bytes` values, ints, and one exception
 type, `EtcdError`, whose message is one line.
 
 Several endpoints, one at a time.  A request goes to the endpoint that last
-answered; when it cannot be reached the next one is tried, within the call's
-`timeout` (each endpoint but the last gets at most `attempt_timeout`, so a
-member that is stopped rather than dead - it accepts the connection and never
-answers - does not eat the whole budget).  Whether a failed request may be
-sent again to another member depends on the request:
+answered; when it cannot be reached the next one is tried, round after round
+within the call's `timeout` (a round where no member could be connected to
+ends the call: etcd is down).  A request that may be repeated gets at most
+`attempt_timeout` on each member, so that a member that is stopped rather
+than dead - it accepts the connection and never answers - or one that sits
+on a request it took while etcd had no raft leader does not eat the whole
+budget.  Whether a failed request may be sent again to another member depends
+on the request:
 
 - a request that certainly never reached etcd (the connection could not be
   made, or the member said "no leader" before proposing anything) is always
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import errno
 import json
 import socket
@@ -71,6 +77,7 @@ __all__ = [
 # (2.5 s with the tests' flags) when its raft leader dies: a call waits that out.
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_ATTEMPT_TIMEOUT = 1.0
+RETRY_PAUSE = 0.1  # between two rounds over the members
 
 # gRPC metadata through the gateway: a leaderless member refuses at once.
 _HEADERS = {"Grpc-Metadata-hasleader": "true"}
@@ -288,7 +295,12 @@ def _revision(data: dict[str, Any]) -> int:
 # ---- the client -----------------------------------------------------------
 
 class _NotSent(Exception):
-    """The request certainly did not reach etcd."""
+    """The request certainly did not reach etcd; `dead`: nothing that
+    answers as etcd runs there (as opposed to a member without a leader)."""
+
+    def __init__(self, reason: str, dead: bool = True) -> None:
+        super().__init__(reason)
+        self.dead = dead
 
 
 class _MaybeSent(Exception):
@@ -303,6 +315,8 @@ def _normalize(endpoint: str) -> str:
 
 
 def _reason(exc: BaseException, seconds: float) -> str:
+    if isinstance(exc, _CONNECT_TIMEOUT):
+        return f"could not connect within {seconds:.1f} s"
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError on 3.11
         return f"no answer within {seconds:.1f} s"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
@@ -361,25 +375,21 @@ class EtcdClient:
             self._pooled = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self._pooled
 
-    def _order(self) -> list[tuple[int, str]]:
-        n = len(self.endpoints)
-        return [((self._current + i) % n, self.endpoints[(self._current + i) % n])
-                for i in range(n)]
-
     def _moved_past(self, index: int) -> None:
         if self._current == index:
             self._current = (index + 1) % len(self.endpoints)
 
     async def _post(self, endpoint: str, path: str, body: dict[str, Any], seconds: float,
                     fresh: bool) -> tuple[int, dict[str, Any]]:
-        timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
+        timeout = aiohttp.ClientTimeout(total=seconds,
+                                        sock_connect=min(seconds, self.attempt_timeout))
         try:
             async with self._session(fresh).post(endpoint + path, json=body, headers=_HEADERS,
                                                  timeout=timeout) as response:
                 raw = await response.read()
                 status = response.status
         except (aiohttp.ClientConnectorError, _CONNECT_TIMEOUT) as exc:
-            raise _NotSent(_reason(exc, seconds)) from None
+            raise _NotSent(_reason(exc, min(seconds, self.attempt_timeout))) from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _MaybeSent(_reason(exc, seconds)) from None
         try:
@@ -391,37 +401,67 @@ class EtcdClient:
             raise _NotSent(f"answered HTTP {status} without etcd's JSON")
         return status, data
 
+    @contextlib.asynccontextmanager
+    async def _stream(self, endpoint: str, path: str, body: dict[str, Any]
+                      ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """A streaming request: its messages as they come, for as long as it
+        lasts (no total timeout, only one to connect)."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.attempt_timeout)
+        request = self._session(fresh=True).post(endpoint + path, json=body, headers=_HEADERS,
+                                                 timeout=timeout)
+        async with request as response, contextlib.aclosing(_messages(response)) as messages:
+            yield messages
+
     async def _call(self, path: str, body: dict[str, Any], what: str, *, repeatable: bool,
                     timeout: float | None = None, patient: bool = False) -> dict[str, Any]:
         """POST `body` to `path` on the first member that answers.  `what`
         names the request in errors; `repeatable`: whether it may be sent
         again after it may have reached etcd; `patient`: a request that waits
-        by design (a campaign) gets all the time left on each member."""
+        by design (a campaign) gets all the time left on each member.
+
+        The members are tried in turn, round after round, until one answers
+        or the time is up; a round in which no member could even be
+        connected to ends it at once (nothing runs there).  A repeatable
+        request gets `attempt_timeout` per member: a member that took a
+        request while it had no raft leader may sit on it after the cluster
+        elected one, when a new request to any member is answered at once.
+        Any other request gets all the time left, as it is not sent twice."""
         budget = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
-        order = self._order()
-        failures: list[tuple[str, str]] = []
-        for number, (index, endpoint) in enumerate(order):
+        failures: dict[str, str] = {}
+        count = len(self.endpoints)
+        first = self._current
+        attempt = 0
+        dead_in_round = 0
+        while True:
+            if attempt and attempt % count == 0:  # a round over the members is over
+                if dead_in_round == count:
+                    break
+                dead_in_round = 0
+                await asyncio.sleep(max(0.0, min(RETRY_PAUSE, deadline - time.monotonic())))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            last = number == len(order) - 1
-            seconds = remaining if last or patient else min(remaining, self.attempt_timeout)
+            index = (first + attempt) % count
+            endpoint = self.endpoints[index]
+            attempt += 1
+            quick = repeatable and not patient
+            seconds = min(remaining, self.attempt_timeout) if quick else remaining
             try:
                 status, data = await self._post(endpoint, path, body, seconds,
                                                 fresh=not repeatable)
             except _NotSent as exc:
-                failures.append((endpoint, str(exc)))
+                failures[endpoint] = str(exc)
+                dead_in_round += exc.dead
                 self._moved_past(index)
                 continue
             except _MaybeSent as exc:
+                self._moved_past(index)
                 if not repeatable:
-                    self._moved_past(index)
                     raise EtcdError(f"etcd at {endpoint} did not answer {what} ({exc}): it may "
                                     f"or may not have been applied",
                                     outcome_unknown=True) from None
-                failures.append((endpoint, str(exc)))
-                self._moved_past(index)
+                failures[endpoint] = str(exc)
                 continue
             error = data.get("error")
             if error is not None or status != 200:
@@ -429,13 +469,13 @@ class EtcdClient:
                 message = message.splitlines()[0] if message else f"HTTP {status}"
                 code = data.get("code")
                 if message.startswith(_NOT_APPLIED):
-                    failures.append((endpoint, message))
+                    failures[endpoint] = message
                     self._moved_past(index)
                     continue
                 if message.startswith(_MAYBE_APPLIED):
                     self._moved_past(index)
                     if repeatable:
-                        failures.append((endpoint, message))
+                        failures[endpoint] = message
                         continue
                     raise EtcdError(f"etcd at {endpoint} could not finish {what} ({message}): "
                                     f"it may or may not have been applied",
@@ -443,7 +483,7 @@ class EtcdClient:
                 raise EtcdError(f"etcd at {endpoint} refused {what}: {message}", code=code)
             self._current = index
             return data
-        raise EtcdError(_unreachable(failures, budget), unreachable=True)
+        raise EtcdError(_unreachable(list(failures.items()), budget), unreachable=True)
 
     # ---- kv ---------------------------------------------------------------
 
@@ -536,21 +576,15 @@ class EtcdClient:
         next_revision = start_revision
         failing_since: float | None = None
         while True:
-            index, endpoint = self._order()[0]
+            index, endpoint = self._current, self.endpoint
             body: dict[str, Any] = {"create_request": {**_range_body(key, prefix),
                                                        "prev_kv": prev_kv}}
             if next_revision:
                 body["create_request"]["start_revision"] = str(next_revision)
             problem = ""
             try:
-                timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.attempt_timeout)
-                async with self._session(fresh=True).post(
-                        endpoint + "/v3/watch", json=body, headers=_HEADERS,
-                        timeout=timeout) as response:
-                    async for line in response.content:
-                        if not line.strip():
-                            continue
-                        message = json.loads(line)
+                async with self._stream(endpoint, "/v3/watch", body) as messages:
+                    async for message in messages:
                         if "error" in message:
                             error = message["error"]
                             problem = (error.get("message") if isinstance(error, dict)
@@ -646,16 +680,11 @@ class EtcdClient:
         """The leader's key each time a new leader is elected or proclaims.
         Not re-opened on another member when the stream breaks (that raises
         `EtcdError`); it never tells that nobody leads."""
-        index, endpoint = self._order()[0]
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.attempt_timeout)
+        index, endpoint = self._current, self.endpoint
         try:
-            async with self._session(fresh=True).post(
-                    endpoint + "/v3/election/observe", json={"name": _b64(name)},
-                    headers=_HEADERS, timeout=timeout) as response:
-                async for line in response.content:
-                    if not line.strip():
-                        continue
-                    message = json.loads(line)
+            async with self._stream(endpoint, "/v3/election/observe",
+                                    {"name": _b64(name)}) as messages:
+                async for message in messages:
                     if "error" in message:
                         error = message["error"]
                         text = error.get("message") if isinstance(error, dict) else str(error)
@@ -665,6 +694,19 @@ class EtcdClient:
             self._moved_past(index)
             raise EtcdError(f"etcd at {endpoint} is not reachable: "
                             f"{_reason(exc, self.attempt_timeout)}", unreachable=True) from None
+
+
+async def _messages(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a gateway stream, one per line.  Read in chunks
+    and split here: aiohttp's readline refuses lines over 128 KiB, and a
+    watch batch can be longer."""
+    pending = b""
+    async for chunk in response.content.iter_any():
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
 
 
 def _unreachable(failures: list[tuple[str, str]], budget: float) -> str:

@@ -472,10 +472,12 @@ class Leadership:
         leader is deposed, this node is in the in-sync set, and the old
         leader can no longer shrink the set (its fenced writes need the key
         just deleted).  From then on the old leader - if it still runs and
-        has not noticed yet - cannot confirm anything new either, because
-        this node is in its in-sync set and (the caller's duty) acks nothing
-        more from it after deciding to revoke.  Every record confirmed before
-        is on every in-sync member, and only an in-sync member can lead next.
+        has not noticed yet - cannot confirm anything new either: this node
+        is in its in-sync set and (the caller's duty) acks nothing more from
+        it after deciding to revoke, and confirms go on without an in-sync
+        member only once its removal is written to etcd, which that leader
+        can no longer do.  Every record confirmed before is on every in-sync
+        member, and only an in-sync member can lead next.
         A follower that is not in the set cannot do this: the set may have
         been shrunk without it precisely because it lags, and the records
         confirmed since are not on it.

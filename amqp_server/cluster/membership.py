@@ -48,7 +48,8 @@ async def register(session: Session, cluster: str, node: str,
     key = members_prefix(cluster) + name_segment(node)
     value = json.dumps(dict(addresses))
     # The lease of a killed earlier run of this node holds the key until it
-    # runs out: wait that long (bounded by its TTL), not longer.
+    # runs out: wait as long as one TTL of ours (a restart of the same node
+    # has the same TTL), not longer.
     deadline = time.monotonic() + session.ttl + 1
     while True:
         result = await client.txn(
