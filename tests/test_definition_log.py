@@ -159,7 +159,7 @@ def test_a_confirm_waits_for_the_declaration_of_its_queue(tmp_path):
     conn = open_connection(broker)
     call(conn, 1, make(spec.Confirm.Select))
     call(conn, 1, make(spec.Queue.Declare, queue="d", durable=True))
-    journal.synced -= 1  # as if the fsync of that record had not finished
+    journal.local_synced -= 1  # as if the fsync of that record had not finished
     conn.receive_data(publish("d", b"m", Properties(delivery_mode=2)))
     broker.store.flush_now()
     assert [type(m) for m in methods(conn.data_to_send())] == []

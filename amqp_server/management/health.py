@@ -100,7 +100,7 @@ async def _nodes(request: web.Request) -> list[dict]:
     broker = request.app[BROKER]
     own = node_json(broker, listeners(request))
     if broker.cluster is None:
-        return [{**own, "role": "leader", "in_sync": True, "replication_lag": 0}]
+        return [own]  # RabbitMQ's keys only: a single broker has no role to name
     listed = []
     for member in await broker.cluster.nodes():
         if member["name"] == broker.config.node_name:

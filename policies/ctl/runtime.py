@@ -130,12 +130,15 @@ def cluster_status(api: Api, args: argparse.Namespace) -> None:
     leader, every member with its role, whether it is in sync and how far
     behind it is (a single broker is a cluster of one)."""
     nodes = api.call("GET", "/nodes")
+    # A single broker's node names no role: it is a cluster of one.
+    single = len(nodes) == 1 and "role" not in nodes[0]
+    listed = [{"name": n["name"], "role": "leader" if single else n.get("role"),
+               "in_sync": True if single else n.get("in_sync"),
+               "replication_lag": 0 if single else n.get("replication_lag")} for n in nodes]
     report = {
         "cluster_name": api.overview().get("cluster_name", ""),
-        "leader": next((n["name"] for n in nodes if n.get("role") == "leader"), None),
-        "nodes": [{"name": n["name"], "role": n.get("role", "leader"),
-                   "in_sync": n.get("in_sync", True),
-                   "replication_lag": n.get("replication_lag")} for n in nodes],
+        "leader": next((n["name"] for n in listed if n["role"] == "leader"), None),
+        "nodes": listed,
     }
     if args.formatter == "json":
         print(json.dumps(report))

@@ -270,12 +270,13 @@
     const listeners = el("div", {id: "overview-listeners"});
     // The cluster's members (a single broker is a cluster of one), for users
     // who may see nodes (monitoring, administrator).
+    // A single broker's node names no role: it leads a cluster of one.
     const nodes = table("overview-nodes", [
       {title: "Node", value: (n) => n.name},
-      {title: "Role", value: (n) => n.role},
-      {title: "In sync", value: (n) => (n.in_sync ? "yes" : "no")},
-      {title: "Behind (frames)", value: (n) => n.replication_lag ?? -1,
-        show: (n) => (n.replication_lag ?? "?"), num: true},
+      {title: "Role", value: (n) => n.role ?? "leader"},
+      {title: "In sync", value: (n) => (n.in_sync ?? true ? "yes" : "no")},
+      {title: "Behind (frames)", value: (n) => n.replication_lag ?? (n.role ? -1 : 0),
+        show: (n) => (n.replication_lag ?? (n.role ? "?" : 0)), num: true},
     ], {filterable: false, empty: "No nodes to show."});
     const nodesCard = el("div", {id: "overview-cluster", hidden: true},
       el("h2", {text: "Nodes"}), nodes.node);
