@@ -58,6 +58,7 @@ import queue as queue_module
 import random
 import shutil
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -96,6 +97,10 @@ class Failed(Exception):
     """A run that gives no number: it timed out, lost or had nacked messages."""
 
 
+class Broken(Exception):
+    """A cluster that cannot be made whole again: the runs stop."""
+
+
 # ---- the two clusters --------------------------------------------------------
 
 class OurCluster:
@@ -114,6 +119,11 @@ class OurCluster:
         try:
             self.etcd.__enter__()
             self.nodes = BrokerCluster(self.etcd, 3, self.root, lease_ttl=LEASE_TTL)
+            # A killed node starts again on its ports: ports outside the
+            # ephemeral range, which no outgoing connection takes meanwhile.
+            for node in self.nodes.nodes:
+                (node.amqp_port, node.management_port, node.cluster_port,
+                 node.prometheus_port) = stable_ports(4)
             self.nodes.__enter__()
             self.nodes.wait_for_leader(in_sync=3, timeout=60)
         except BaseException:
@@ -150,6 +160,13 @@ class OurCluster:
     def restart(self, index: int) -> None:
         self.nodes[index].start()
 
+    def heal(self) -> None:
+        """Every node running and in sync again, after a run that failed."""
+        for node in self.nodes.nodes:
+            if not node.running:
+                node.start()
+        self.wait_synced(None)
+
     def wait_synced(self, queue: str | None, timeout: float = SYNC_WAIT) -> None:
         try:
             self.nodes.wait_for_leader(in_sync=3, timeout=timeout)
@@ -164,6 +181,13 @@ class OurCluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- {node.name}\n{node.log_tail(40)}" for node in self.nodes.nodes)
+
+    def keep_logs(self, where: Path) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        for path in [node.log_path for node in self.nodes.nodes] + [
+                Path(member.log_path) for member in self.etcd.members]:
+            with contextlib.suppress(OSError):
+                shutil.copy(path, where / f"ours-{path.name}")
 
 
 class RabbitSide:
@@ -202,6 +226,12 @@ class RabbitSide:
     def restart(self, index: int) -> None:
         self.cluster.start(index)
 
+    def heal(self) -> None:
+        """Every node running again, after a run that failed."""
+        for index in range(self.cluster.size):
+            if self.cluster.processes[index] is None:
+                self.cluster.start(index)
+
     def wait_synced(self, queue: str | None, timeout: float = SYNC_WAIT) -> None:
         if queue is None:
             return
@@ -220,6 +250,40 @@ class RabbitSide:
 
     def logs(self) -> str:
         return f"(RabbitMQ logs under {self.cluster.root})"
+
+    def keep_logs(self, where: Path) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        for index in range(self.cluster.size):
+            node = self.cluster.root / f"node{index + 1}"
+            for path in [*node.glob("log/*.log"), self.cluster.root / f"node{index + 1}.out"]:
+                with contextlib.suppress(OSError):
+                    shutil.copy(path, where / f"rabbitmq-node{index + 1}-{path.name}")
+
+
+def stable_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 now, below the ephemeral range (held at once,
+    so they differ)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            low = int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    sockets = []
+    try:
+        for candidate in random.sample(range(10_000, low), min(2000, low - 10_000)):
+            probe = socket.socket()
+            try:
+                probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                probe.close()
+                continue
+            sockets.append(probe)
+            if len(sockets) == count:
+                return [probe.getsockname()[1] for probe in sockets]
+        raise RuntimeError(f"no {count} free ports between 10000 and {low}")
+    finally:
+        for probe in sockets:
+            probe.close()
 
 
 def _tree_rss(pid: int) -> int:
@@ -477,9 +541,9 @@ def quorum_dead_letter(side, count: int, prefetch: int = 100) -> dict:
 
 def _failover_publisher(ports: list[int], queue: str, prefix: str, reports, stop) -> None:
     """pika, confirms, one publish at a time, reconnecting from `ports` in
-    order.  Reports ("confirm", message id, sent, confirmed) per confirm and
-    ("error", text, time) per lost connection; a message whose confirm did
-    not come is never sent again."""
+    order.  Reports ("confirm", message id, sent, confirmed) per confirm,
+    ("connected", port, time) per connection and ("error", text, time) per
+    lost one; a message whose confirm did not come is never sent again."""
     import pika
     import pika.exceptions
 
@@ -496,6 +560,8 @@ def _failover_publisher(ports: list[int], queue: str, prefix: str, reports, stop
         except (pika.exceptions.AMQPError, OSError):
             time.sleep(0.02)
             continue
+        reports.put(("connected", getattr(getattr(connection._impl, "params", None), "port", 0),
+                     time.monotonic()))
         try:
             channel = connection.channel()
             channel.confirm_delivery()
@@ -527,6 +593,7 @@ class FailoverPublisher:
                                        args=(ports, queue, prefix, self.reports, self.stopping))
         self.confirms: list[tuple[str, float, float]] = []
         self.errors: list[tuple[str, float]] = []
+        self.connections: list[tuple[int, float]] = []
 
     def start(self) -> None:
         self.process.start()
@@ -538,9 +605,26 @@ class FailoverPublisher:
             return False
         if report[0] == "confirm":
             self.confirms.append(report[1:])
+        elif report[0] == "connected":
+            self.connections.append(report[1:])
         else:
             self.errors.append(report[1:])
         return True
+
+    def outage(self, killed: float, names: dict[int, str]) -> dict:
+        """What the publisher saw after the kill: when its connection broke,
+        when and where it connected again (seconds after the kill)."""
+        seen: dict = {}
+        lost = [at for _, at in self.errors if at >= killed]
+        if lost:
+            seen.update(connection_lost_s=round(lost[0] - killed, 3),
+                        connection_errors=len(lost),
+                        last_error=next(text for text, at in self.errors if at >= killed))
+        again = [(port, at) for port, at in self.connections if at >= killed]
+        if again:
+            seen.update(reconnected_s=round(again[0][1] - killed, 3),
+                        reconnected_to=names.get(again[0][0], again[0][0]))
+        return seen
 
     def wait_confirms(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -605,41 +689,53 @@ def _drain_ids(ports: list[int], queue: str, timeout: float = 120.0) -> list[str
             connection.close()
 
 
-def one_kill(side, queue: str, number: int, prefix: str, rng: random.Random) -> dict:
-    victim = side.leader(queue)
-    others = [index for index in range(len(side.ports)) if index != victim]
-    if number % 2:
-        others.reverse()
-    publisher = FailoverPublisher([side.ports[i] for i in (*others, victim)], queue,
-                                  f"{prefix}-{number}")
-    publisher.start()
-    result = {"killed": side.name(victim), "publisher_on": side.name(others[0])}
-    killed = None
-    try:
-        publisher.wait_confirms(STEADY_CONFIRMS, 60)
-        time.sleep(rng.uniform(0, 0.7))
-        killed = time.monotonic()
-        side.kill(victim)
-        confirmed = publisher.first_confirm_sent_after(killed, KILL_WAIT)
-        if confirmed is None:
-            result["failed"] = f"no confirm within {KILL_WAIT:.0f} s of the kill"
-        else:
-            result["seconds"] = round(confirmed - killed, 3)
-            # publishing goes on: a few more confirms after the first
-            try:
-                publisher.wait_confirms(len(publisher.confirms) + 10, 30)
-            except Failed as error:
-                result["failed"] = f"confirms stopped again after the first: {error}"
-        result["connection_errors"] = len([e for e in publisher.errors if e[1] >= killed])
-    finally:
-        publisher.stop()
-        result["confirmed_ids"] = [message_id for message_id, _, _ in publisher.confirms]
-        if killed is not None:
-            started = time.monotonic()
-            side.restart(victim)
-            side.wait_synced(queue)
-            result["resync_seconds"] = round(time.monotonic() - started, 1)
-    return result
+def one_kill(side, queue: str, number: int, prefix: str, rng: random.Random,
+             confirmed_ids: list[str]) -> dict:
+    """One kill of the leader; the ids of every confirmed publish go to
+    `confirmed_ids`.  The leader is asked again right before the kill: when
+    it moved meanwhile (the publisher may now be on it), the attempt is
+    dropped and made again."""
+    for attempt in range(3):
+        victim = side.leader(queue)
+        others = [index for index in range(len(side.ports)) if index != victim]
+        if number % 2:
+            others.reverse()
+        publisher = FailoverPublisher([side.ports[i] for i in (*others, victim)], queue,
+                                      f"{prefix}-{number}-{attempt}")
+        publisher.start()
+        result = {"killed": side.name(victim), "publisher_on": side.name(others[0])}
+        killed = None
+        try:
+            publisher.wait_confirms(STEADY_CONFIRMS, 60)
+            time.sleep(rng.uniform(0, 0.7))
+            if side.leader(queue) != victim:
+                continue
+            killed = time.monotonic()
+            side.kill(victim)
+            confirmed = publisher.first_confirm_sent_after(killed, KILL_WAIT)
+            if confirmed is None:
+                result["failed"] = f"no confirm within {KILL_WAIT:.0f} s of the kill"
+            else:
+                result["seconds"] = round(confirmed - killed, 3)
+                # publishing goes on: a few more confirms after the first
+                try:
+                    publisher.wait_confirms(len(publisher.confirms) + 10, 30)
+                except Failed as error:
+                    result["failed"] = f"confirms stopped again after the first: {error}"
+        finally:
+            publisher.stop()
+            confirmed_ids.extend(message_id for message_id, _, _ in publisher.confirms)
+            if killed is not None:
+                result.update(publisher.outage(killed, dict(zip(side.ports, map(
+                    side.name, range(len(side.ports)))))))
+                started = time.monotonic()
+                side.restart(victim)
+                side.wait_synced(queue)
+                result["resync_seconds"] = round(time.monotonic() - started, 1)
+        if attempt:
+            result["leader_moved_before_kill"] = attempt
+        return result
+    raise Failed("the leader moved before each of 3 kills")
 
 
 def failover(side, kills: int, rng: random.Random, on_kill=None) -> dict:
@@ -652,8 +748,7 @@ def failover(side, kills: int, rng: random.Random, on_kill=None) -> dict:
     runs, confirmed = [], []
     try:
         for number in range(kills):
-            run = one_kill(side, queue, number, prefix, rng)
-            confirmed.extend(run.pop("confirmed_ids"))
+            run = one_kill(side, queue, number, prefix, rng, confirmed)
             runs.append(run)
             if on_kill:
                 on_kill(run)
@@ -683,6 +778,11 @@ def _attempt(side, what: str, run) -> dict:
         print(f"  {side.label} {what}: FAILED: {result['failed']}", file=sys.stderr, flush=True)
         if side.label == "ours":
             print(side.logs(), file=sys.stderr, flush=True)
+        try:
+            side.heal()
+        except (Failed, OSError, RuntimeError, AssertionError) as error:
+            raise Broken(f"{side.label}: the cluster could not be made whole again after "
+                         f"a failed run ({error})") from None
     else:
         print(f"  {side.label} {what}: {json.dumps(_brief(result))} "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
@@ -695,8 +795,11 @@ def _brief(result: dict) -> dict:
 
 def _spread(values: list[float]) -> dict:
     values = sorted(values)
-    return {"median": round(statistics.median(values), 3), "min": values[0],
-            "max": values[-1], "runs": len(values)}
+    median = statistics.median(values)
+    if all(isinstance(value, int) for value in values):
+        median = round(median)  # a rate of the middle two: no fractions of a message
+    return {"median": round(median, 1), "min": values[0], "max": values[-1],
+            "runs": len(values)}
 
 
 def summarize(raw: dict) -> dict:
@@ -807,7 +910,7 @@ def table(summary: dict) -> str:
 
 
 def run_rounds(sides: list, rows: list[str], scale: float, repeat: int, kills: int,
-               seed: int) -> dict:
+               seed: int) -> tuple[dict, str | None]:
     raw: dict = {side.label: {row: [] for row in rows} for side in sides}
     rng = random.Random(seed)
     jobs = {
@@ -817,13 +920,17 @@ def run_rounds(sides: list, rows: list[str], scale: float, repeat: int, kills: i
         "failover": lambda side: failover(side, kills, rng, on_kill=lambda run: print(
             f"    {side.label} kill: {json.dumps(run)}", file=sys.stderr, flush=True)),
     }
-    for number in range(repeat):
-        order = sides if number % 2 == 0 else sides[::-1]
-        print(f"round {number + 1} of {repeat}", file=sys.stderr, flush=True)
-        for row in rows:
-            for side in order:
-                raw[side.label][row].append(_attempt(side, row, jobs[row]))
-    return raw
+    try:
+        for number in range(repeat):
+            order = sides if number % 2 == 0 else sides[::-1]
+            print(f"round {number + 1} of {repeat}", file=sys.stderr, flush=True)
+            for row in rows:
+                for side in order:
+                    raw[side.label][row].append(_attempt(side, row, jobs[row]))
+    except Broken as error:
+        print(f"STOPPED: {error}", file=sys.stderr, flush=True)
+        return raw, str(error)
+    return raw, None
 
 
 def main() -> int:
@@ -843,6 +950,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the random delays before kills")
     parser.add_argument("--json", metavar="FILE", help="write the raw results here")
+    parser.add_argument("--logs", metavar="DIR",
+                        help="copy every node's and etcd member's log here at the end")
     args = parser.parse_args()
     rows = [row for row in ROWS if row in (args.row or ROWS)]
     seed = args.seed if args.seed is not None else random.randrange(2**32)
@@ -868,16 +977,29 @@ def main() -> int:
             print("starting RabbitMQ's three nodes (about a minute) ...", file=sys.stderr,
                   flush=True)
             sides.append(stack.enter_context(RabbitSide()))
-        raw = run_rounds(sides, rows, args.scale, args.repeat, args.kills, seed)
+        if args.logs:
+            for side in sides:  # each copied before its cluster stops
+                stack.callback(side.keep_logs, Path(args.logs))
+        raw, stopped = run_rounds(sides, rows, args.scale, args.repeat, args.kills, seed)
     config["load_after"] = os.getloadavg()
     summary = summarize(raw)
     report = {"config": config, "summary": summary, "runs": raw}
+    if stopped:
+        report["stopped"] = stopped
     print(table(summary))
+    if stopped:
+        print(f"\nThe runs stopped early: {stopped}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nraw results: {args.json}")
     else:
         print("\n```json\n" + json.dumps(report, indent=2) + "\n```")
+    failures = sum(entry.get("failed_runs", 0) + entry.get("failed_kills", 0)
+                   for rows in summary.values() for entry in rows.values())
+    if failures or stopped:
+        print(f"{failures} runs or kills failed" + (", and the runs stopped early" if stopped
+                                                   else ""), file=sys.stderr)
+        return 1
     return 0
 
 
