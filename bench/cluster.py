@@ -84,6 +84,8 @@ HEARTBEAT_MS = 100
 ELECTION_MS = 1000
 LEASE_TTL = 2
 PUBLISHERS = 6
+PUBLISH_COUNT = 120_000    # per quorum-publish run, at --scale 1
+DEAD_LETTER_COUNT = 50_000  # per quorum-dead-letter run
 BATCH = 100  # bench/persistent.py's publishers send in batches of 100
 QUORUM = {"x-queue-type": "quorum", "x-quorum-initial-group-size": 3}
 KILL_WAIT = 30.0      # a kill with no confirm after it within this is failed
@@ -914,9 +916,9 @@ def run_rounds(sides: list, rows: list[str], scale: float, repeat: int, kills: i
     raw: dict = {side.label: {row: [] for row in rows} for side in sides}
     rng = random.Random(seed)
     jobs = {
-        "quorum-publish": lambda side: quorum_publish(side, int(60_000 * scale), False),
-        "quorum-publish-leader": lambda side: quorum_publish(side, int(60_000 * scale), True),
-        "quorum-dead-letter": lambda side: quorum_dead_letter(side, int(30_000 * scale)),
+        "quorum-publish": lambda side: quorum_publish(side, int(PUBLISH_COUNT * scale), False),
+        "quorum-publish-leader": lambda side: quorum_publish(side, int(PUBLISH_COUNT * scale), True),
+        "quorum-dead-letter": lambda side: quorum_dead_letter(side, int(DEAD_LETTER_COUNT * scale)),
         "failover": lambda side: failover(side, kills, rng, on_kill=lambda run: print(
             f"    {side.label} kill: {json.dumps(run)}", file=sys.stderr, flush=True)),
     }
@@ -934,17 +936,19 @@ def run_rounds(sides: list, rows: list[str], scale: float, repeat: int, kills: i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cluster",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.cluster",
+        description="This broker's three nodes on etcd against RabbitMQ's three, on this "
+                    "machine, side by side (docs/clustering.md).")
     parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply message counts (default 1.0: 60,000 publishes, "
-                             "30,000 dead letters)")
+                        help=f"multiply message counts (default 1.0: {PUBLISH_COUNT:,} "
+                             f"publishes, {DEAD_LETTER_COUNT:,} dead letters per run)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--kills", type=int, default=10,
                         help="kills of the leader per round and broker (default 10)")
     who = parser.add_mutually_exclusive_group()
-    who.add_argument("--ours-only", action="store_true")
-    who.add_argument("--rabbit-only", action="store_true")
+    who.add_argument("--ours-only", action="store_true", help="no RabbitMQ cluster")
+    who.add_argument("--rabbit-only", action="store_true", help="no cluster of ours")
     parser.add_argument("--row", action="append", choices=ROWS,
                         help="rows to run (repeatable; default all)")
     parser.add_argument("--seed", type=int, default=None,
