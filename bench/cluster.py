@@ -2,7 +2,8 @@
 three-node RabbitMQ cluster on the same machine, side by side.
 
     python -m bench.cluster [--scale S] [--repeat N] [--kills K]
-                            [--ours-only | --rabbit-only] [--row ROW] [--json FILE]
+                            [--ours-only | --rabbit-only] [--row ROW] [--seed N]
+                            [--json FILE] [--logs DIR]
 
 Ours: three etcd members (interop/etcd_cluster.py) started with
 `--heartbeat-interval 100 --election-timeout 1000`, so that etcd grants the
@@ -32,8 +33,8 @@ Rows, every queue a quorum queue (`x-queue-type: quorum`,
 - `failover`: a pika publisher with confirms, one publish at a time,
   connected to a node that is not killed and reconnecting from the list of
   nodes; kill -9 of the leader (ours: the leader /api/nodes names;
-  RabbitMQ: the queue's leader node); the time from the kill to the first
-  confirm of a publish sent after it.  The killed node is started again and
+  RabbitMQ: the queue's leader node, asked again right before the kill);
+  the time from the kill to the first confirm of a publish sent after it.  The killed node is started again and
   waited for (ours: every node in sync; RabbitMQ: the queue has its three
   members online), K times per round.  At the end of each round every
   confirmed message must be in the queue.
@@ -42,7 +43,8 @@ Rows, every queue a quorum queue (`x-queue-type: quorum`,
 
 A run that times out, loses a confirmed message or gets a nack is reported
 as failed and gives no number; medians are over the runs that did not fail,
-with the spread (min-max) beside them.
+with the spread (min-max) beside them.  The exit status is 1 when any run
+or kill failed.
 """
 
 from __future__ import annotations
