@@ -543,6 +543,11 @@ def quorum_dead_letter(side, count: int, prefetch: int = 100) -> dict:
 
 # ---- (c) failover: kill -9 of the leader ---------------------------------------------
 
+def logging_off() -> None:
+    import logging
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
 def _failover_publisher(ports: list[int], queue: str, prefix: str, reports, stop) -> None:
     """pika, confirms, one publish at a time, reconnecting from `ports` in
     order.  Reports ("confirm", message id, sent, confirmed) per confirm,
@@ -583,11 +588,6 @@ def _failover_publisher(ports: list[int], queue: str, prefix: str, reports, stop
                 connection.close()
 
 
-def logging_off() -> None:
-    import logging
-    logging.getLogger("pika").setLevel(logging.CRITICAL)
-
-
 class FailoverPublisher:
     def __init__(self, ports: list[int], queue: str, prefix: str) -> None:
         context = mp.get_context("spawn")
@@ -623,7 +623,7 @@ class FailoverPublisher:
         if lost:
             seen.update(connection_lost_s=round(lost[0] - killed, 3),
                         connection_errors=len(lost),
-                        last_error=next(text for text, at in self.errors if at >= killed))
+                        error=next(text for text, at in self.errors if at >= killed))
         again = [(port, at) for port, at in self.connections if at >= killed]
         if again:
             seen.update(reconnected_s=round(again[0][1] - killed, 3),
