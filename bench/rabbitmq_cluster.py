@@ -15,6 +15,7 @@ root, sharing that user's Erlang cookie.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,6 +23,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
+
+from .procinfo import tree_rss_bytes
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
@@ -71,11 +75,10 @@ class RabbitCluster:
             Path(env[key]).mkdir(parents=True, exist_ok=True)
         if self._as_rabbitmq:
             subprocess.run(["chown", "-R", "rabbitmq:rabbitmq", str(self.root)], check=True)
-        log = open(self.root / f"node{index + 1}.out", "a")
-        self.processes[index] = subprocess.Popen(
-            self._command(["sh", "-c", f"ulimit -n 20000; exec {SERVER}"]), env=env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        with open(self.root / f"node{index + 1}.out", "a") as log:
+            self.processes[index] = subprocess.Popen(
+                self._command(["sh", "-c", f"ulimit -n 20000; exec {SERVER}"]), env=env,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._ctl(index, "await_startup", timeout=START_TIMEOUT)
 
     def _ctl(self, index: int, *args: str, timeout: float = 60.0) -> str:
@@ -83,7 +86,7 @@ class RabbitCluster:
         while True:
             done = subprocess.run(self._command([CTL, "-n", self.names[index], *args]),
                                   env=self._env(index), capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, check=False)
             if done.returncode == 0:
                 return done.stdout
             if time.monotonic() > deadline:
@@ -91,7 +94,7 @@ class RabbitCluster:
                                    f"failed: {done.stderr.strip() or done.stdout.strip()}")
             time.sleep(1)
 
-    def __enter__(self) -> "RabbitCluster":
+    def __enter__(self) -> Self:
         (self.root / "enabled_plugins").write_text("[].\n")
         (self.root / "rabbitmq.conf").write_text("loopback_users = none\n")
         try:
@@ -133,17 +136,31 @@ class RabbitCluster:
             self.processes[index] = None
 
     def rss_bytes(self) -> int:
-        """Resident memory of every node's Erlang VM."""
+        """Resident memory of every node's Erlang VM and its helper
+        programs (erl_child_setup, inet_gethost)."""
         total = 0
         for index in range(self.size):
             pid = self.os_pid(index)
+            if pid is None or self.processes[index] is None:
+                continue
             try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except (OSError, ValueError, TypeError):
+                total += tree_rss_bytes(pid)
+            except OSError:
                 continue
         return total
+
+    def queue_status(self, queue: str) -> dict:
+        """A quorum queue's `leader`, `members` and `online` members (node
+        names), as a running node's `rabbitmqctl list_queues` says."""
+        running = [i for i in range(self.size) if self.processes[i] is not None]
+        if not running:
+            raise RuntimeError("no node of the cluster is running")
+        listed = json.loads(self._ctl(running[0], "list_queues", "name", "leader", "members",
+                                      "online", "--quiet", "--formatter", "json"))
+        for entry in listed:
+            if entry.get("name") == queue:
+                return entry
+        raise RuntimeError(f"no queue {queue} on {self.names[running[0]]}")
 
     def close(self) -> None:
         for index in range(self.size):
