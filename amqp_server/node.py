@@ -38,7 +38,7 @@ from .cluster.etcd import EtcdClient, EtcdError
 from .cluster.follower import Following
 from .cluster.forwarding import AmqpForwarder, HttpForwarder
 from .cluster.handshake import tls_contexts
-from .cluster.leadership import Leader, Leadership, LeadershipLost, Term
+from .cluster.leadership import Leader, Leadership, LeadershipLost, NotLeader, Term
 from .cluster.leading import attach, detach, listen, sources_of
 from .cluster.membership import members, register
 from .cluster.replica import COPY_MARKER, Replica, mark_whole
@@ -189,6 +189,12 @@ class ClusterNode:
 
     async def _follow_forever(self, leader: Leader) -> None:
         host, port = _split(leader.addresses.get("cluster", ""))
+        # This leader's stream broke under us while it was flowing: once its
+        # port refuses connections too, its process is gone.  Remembered
+        # across attempts: a killed process's listening socket can outlive
+        # the connection it just reset by a moment, and accept one more.
+        broke = False
+        tried = 0.0
         while not self._stopping and self._followed is leader and self.server is None:
             if self.replica is None:
                 self.replica = Replica(self.data_dir, self._dead_letter_files(),
@@ -199,20 +205,28 @@ class ClusterNode:
             await following.follow(host, port)
             if self._stopping or self._followed is not leader:
                 return
-            if following.link_broke and following.was_streaming and await _refused(host, port):
-                # The leader's process is gone (its port refuses): depose it
-                # now rather than wait for its lease (leadership.revoke_leader
-                # says why no confirmed message can be lost by it).
-                try:
-                    deposed = await self.leadership.revoke_leader(leader)
-                except EtcdError as exc:
-                    log.warning("could not depose leader %s: %s", leader.node, exc)
-                else:
-                    log.warning("leader %s is gone (its cluster port refuses connections): "
-                                "%s", leader.node, "deposed" if deposed else
-                                "not deposed by this node (not in the in-sync set, or "
-                                "already replaced)")
+            if following.was_streaming:
+                broke = following.link_broke
+            now = time.monotonic()
+            if broke and now - tried > 0.5 and (following.refused
+                                                 or await _refused(host, port)):
+                tried = now
+                await self._depose(leader)
             await asyncio.sleep(0.1)
+
+    async def _depose(self, leader: Leader) -> None:
+        """The leader's process is gone (its stream broke and its port refuses):
+        depose it now rather than wait for its lease; leadership.revoke_leader
+        says why no confirmed message can be lost by it.  This node acks
+        nothing more from that leader: its link is gone."""
+        try:
+            deposed = await self.leadership.revoke_leader(leader)
+        except EtcdError as exc:
+            log.warning("could not depose leader %s: %s", leader.node, exc)
+            return
+        log.warning("leader %s is gone (its cluster port refuses connections): %s",
+                    leader.node, "deposed" if deposed else "not deposed by this node "
+                    "(not in the in-sync set, or already replaced)")
 
     async def _stop_following(self, keep_copy: bool = False) -> None:
         """Stop following; `keep_copy`: the next leader may resume this copy
@@ -302,8 +316,11 @@ class ClusterNode:
                 await self.leadership.resign()
                 await self._forward()
                 return
+            shipper.on_follower = lambda name: asyncio.ensure_future(
+                self._remember_members(term, [name]))
             shipper.start()
             self.server, self.shipper, self.term = server, shipper, term
+            await self._remember_members(term, [self.node, *in_sync])
             self.stats.role = LEADER
             self.stats.elections_won += 1
             self.stats.leadership_changes += 1
@@ -436,24 +453,41 @@ class ClusterNode:
         return families
 
     async def nodes(self) -> list[dict]:
-        """Every member, as /api/nodes lists it."""
+        """Every member, as /api/nodes lists it: those up now, and those the
+        group's leaders shipped to that are not (running false, as RabbitMQ
+        lists a stopped cluster node)."""
         up = await members(self.client, self.config.cluster_name)
         isr = await self.leadership.read_isr()
+        known = await self.leadership.read_members()
         in_sync = set(isr.nodes) if isr is not None else set()
         leader = self.leader.node if self.leader is not None else None
         shipper = self.shipper
         listed = []
-        for name in sorted(up):
+        for name in sorted({*up, *in_sync, *(known.nodes if known else ())}):
             lag = None
             if shipper is not None and name != self.node:
                 acked = shipper.acked.get(name, -1)
                 lag = max(0, shipper.lsn - acked) if acked >= 0 else None
             elif name == self.node and leader == self.node:
                 lag = 0
+            member = up.get(name)
             listed.append({"name": name, "role": LEADER if name == leader else FOLLOWER,
                            "in_sync": name in in_sync, "replication_lag": lag,
-                           "running": True, "addresses": up[name].addresses})
+                           "running": member is not None,
+                           "addresses": member.addresses if member is not None else {}})
         return listed
+
+    async def _remember_members(self, term: Term, names) -> None:
+        """Add nodes to the group's member list (the nodes its leaders ship
+        to, kept in etcd by fenced writes), so that /api/nodes still names
+        one that stopped."""
+        try:
+            known = await self.leadership.read_members()
+            current = set(known.nodes) if known is not None else set()
+            if not set(names) <= current:
+                await self.leadership.write_members(sorted(current | set(names)), term=term)
+        except (EtcdError, NotLeader) as exc:
+            log.info("could not record the cluster's members: %s", exc)
 
 
 class FollowerMetrics:

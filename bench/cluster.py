@@ -60,7 +60,6 @@ import queue as queue_module
 import random
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -122,12 +121,9 @@ class OurCluster:
 
         try:
             self.etcd.__enter__()
+            # A killed node starts again on its ports, which the harness
+            # takes outside the ephemeral range (interop/etcd_cluster.py).
             self.nodes = BrokerCluster(self.etcd, 3, self.root, lease_ttl=LEASE_TTL)
-            # A killed node starts again on its ports: ports outside the
-            # ephemeral range, which no outgoing connection takes meanwhile.
-            for node in self.nodes.nodes:
-                (node.amqp_port, node.management_port, node.cluster_port,
-                 node.prometheus_port) = stable_ports(4)
             self.nodes.__enter__()
             self.nodes.wait_for_leader(in_sync=3, timeout=60)
         except BaseException:
@@ -262,32 +258,6 @@ class RabbitSide:
             for path in [*node.glob("log/*.log"), self.cluster.root / f"node{index + 1}.out"]:
                 with contextlib.suppress(OSError):
                     shutil.copy(path, where / f"rabbitmq-node{index + 1}-{path.name}")
-
-
-def stable_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 now, below the ephemeral range (held at once,
-    so they differ)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-            low = int(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    sockets = []
-    try:
-        for candidate in random.sample(range(10_000, low), min(2000, low - 10_000)):
-            probe = socket.socket()
-            try:
-                probe.bind(("127.0.0.1", candidate))
-            except OSError:
-                probe.close()
-                continue
-            sockets.append(probe)
-            if len(sockets) == count:
-                return [probe.getsockname()[1] for probe in sockets]
-        raise RuntimeError(f"no {count} free ports between 10000 and {low}")
-    finally:
-        for probe in sockets:
-            probe.close()
 
 
 def _tree_rss(pid: int) -> int:

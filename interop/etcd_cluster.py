@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,17 +40,31 @@ def etcd_binary() -> str | None:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 now (all held at once, so they differ)."""
+    """Ports free on 127.0.0.1 now, below the ephemeral range (held at once,
+    so they differ): a member or node restarted on its old port must not
+    find it taken by some client's connection meanwhile, which a port from
+    the ephemeral range can be."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            low = int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
     sockets = []
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
+        for candidate in random.sample(range(10_000, low), min(2000, low - 10_000)):
+            probe = socket.socket()
+            try:
+                probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                probe.close()
+                continue
+            sockets.append(probe)
+            if len(sockets) == count:
+                return [probe.getsockname()[1] for probe in sockets]
+        raise RuntimeError(f"no {count} free ports between 10000 and {low}")
     finally:
-        for s in sockets:
-            s.close()
+        for probe in sockets:
+            probe.close()
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:

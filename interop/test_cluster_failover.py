@@ -188,6 +188,7 @@ def test_a_stopped_follower_leaves_the_in_sync_set_and_confirms_go_on(cluster):
                                   pika.BasicProperties(delivery_mode=2))
         connection.close()
         listed = {node["name"]: node for node in cluster.describe([leader])}
+        # Listed though stopped (its lease may have run out: running false).
         assert listed[follower.name]["in_sync"] is False
         assert listed[leader.name]["in_sync"] is True
     finally:

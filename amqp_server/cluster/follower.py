@@ -42,6 +42,7 @@ class Following:
         self.streaming = False  # past the copy: frames are being applied
         self.was_streaming = False  # it was, at some point of this connection
         self.link_broke = False  # the connection ended without being asked to
+        self.refused = False  # nothing listened at the leader's cluster port
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
 
@@ -53,6 +54,7 @@ class Following:
                 asyncio.open_connection(host, port, limit=1 << 22, ssl=self.tls),
                 handshake.TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
+            self.refused = isinstance(exc, ConnectionRefusedError)
             log.info("cannot reach the leader's cluster port %s:%d: %s", host, port, exc)
             return
         self._writer = writer

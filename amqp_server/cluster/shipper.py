@@ -126,6 +126,8 @@ class Shipper:
                 continue
         self._loop = asyncio.get_running_loop()
         self._checker: asyncio.Task | None = None
+        # Told of each follower that connects (the node records its members).
+        self.on_follower: Callable[[str], object] = lambda node: None
         self.stopped = False
 
     # ---- storage's side (storage/replication.py: Shipping) ---------------
@@ -310,6 +312,7 @@ class Shipper:
             self._forget(old)
         link = Link(node, writer)
         self.links[node] = link
+        self.on_follower(node)
         try:
             hello = await frames.next()
             if not hello or hello[0] != f.FOLLOW or len(hello) != 3:
