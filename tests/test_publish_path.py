@@ -5,14 +5,19 @@ Driven in memory through the connection."""
 
 from __future__ import annotations
 
+import asyncio
+
 from hypothesis import given, settings, strategies as st
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker
 from amqp_server.broker.message import Message
+from amqp_server.broker.permissions import Permission
 from amqp_server.broker.publishing import ACCEPTED, UNROUTED, Routed
+from amqp_server.broker.users import User
 from amqp_server.config import BrokerConfig
 from amqp_server.errors import AMQPError
+from amqp_server.management.tasks import LocalTarget
 from amqp_server.wire import frames
 from amqp_server.wire.frames import content_header
 from amqp_server.wire.methods import make
@@ -171,6 +176,57 @@ def test_a_dead_letter_refused_by_one_of_two_targets_is_logged_with_the_other():
     work.reject([work.take_one()])
     assert (vhost.queues["free"].message_count, vhost.queues["full"].message_count) == (1, 0)
     assert work.stats["dead_lettered"]["rejected"] == 1
+
+
+# ---- workbench moves -----------------------------------------------------
+
+def moved(broker, target_exchange: str, key: str, held: Message, user: str = "guest"):
+    """A workbench move of `held` (from queue "held") to `target_exchange`
+    with `key`, as the given user: the batch's outcome."""
+    vhost = broker.vhosts["/"]
+    source = vhost.queues.get("held") or declare(broker, "held")
+    source.enqueue(held)
+    entries = source.withdraw([entry.seq for entry in source.ready])
+    target = LocalTarget(broker, vhost, grant(broker, user), target_exchange, key)
+    return asyncio.run(target.send(entries))
+
+
+def test_a_workbench_move_is_counted_as_a_mandatory_publish_in_confirm_mode():
+    broker = Broker(BrokerConfig())
+    declare(broker, "parking")
+    outcome = moved(broker, "", "parking", message("held"))
+    assert len(outcome.safe) == 1 and broker.vhosts["/"].queues["parking"].message_count == 1
+    assert counted(broker) == {"received": 1, "received_confirm": 1, "routed": 1,
+                               "unroutable_returned": 0, "unroutable_dropped": 0,
+                               "confirmed": 1}
+
+
+def test_a_workbench_move_no_queue_takes_stays_and_is_counted_as_returned():
+    broker = Broker(BrokerConfig())
+    outcome = moved(broker, "", "nowhere", message("held"))
+    assert [reason for _, reason in outcome.kept] == ["unroutable"]
+    assert counted(broker)["unroutable_returned"] == 1
+
+
+def test_a_workbench_move_one_of_two_queues_refuses_stays_and_its_copy_is_a_duplicate():
+    broker = Broker(BrokerConfig())
+    vhost = broker.vhosts["/"]
+    declare(broker, "full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    declare(broker, "free")
+    for name in ("full", "free"):
+        vhost.bind("amq.fanout", vhost.queues[name], "", None)
+    outcome = moved(broker, "amq.fanout", "", message("held"))
+    assert [reason for _, reason in outcome.kept] == ["refused by a target queue"]
+    assert outcome.duplicates == 1 and vhost.queues["free"].message_count == 1
+
+
+def test_a_workbench_move_keeps_a_user_id_naming_another_user():
+    broker = Broker(BrokerConfig())
+    broker.put_user(User.with_password("bob", "pw", ("administrator",)))
+    broker.set_permission("bob", "/", Permission())
+    declare(broker, "parking")
+    outcome = moved(broker, "", "parking", message("held", user_id="guest"), user="bob")
+    assert len(outcome.safe) == 1
 
 
 # ---- transactions ------------------------------------------------------

@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 
 from dlx.redrive import origin_of
 
-from ..broker.message import InvalidMessage, Message
-from ..broker.permissions import WRITE
-from ..broker.queue import REJECTED
+from ..broker.message import Message
+from ..broker.publishing import exchange_for
 from ..errors import AMQPError
 from ..remote_publisher import CONFIRMED, RETURNED, AmqpUri, RemoteError, RemotePublisher
 
@@ -110,9 +109,10 @@ class Outcome:
 
 
 class LocalTarget:
-    """Publishes into a vhost of this broker, as basic.publish does (write
-    on the exchange, not an internal one), and waits until what it
-    published is on disk: a publisher confirm without the channel."""
+    """Publishes into a vhost of this broker through its publish path
+    (`republish`: write on the exchange, not an internal one, counted as a
+    publish), and waits until what it published is on disk: a publisher
+    confirm without the channel."""
 
     def __init__(self, broker, vhost, grant, exchange: str | None,
                  routing_key: str | None) -> None:
@@ -125,8 +125,7 @@ class LocalTarget:
     def check(self) -> None:
         """A move's target, checked before anything is withdrawn."""
         if self.exchange is not None:
-            self.grant.check(WRITE, "exchange", self.exchange)
-            self.vhost.exchange(self.exchange).check_publishable()
+            exchange_for(self.vhost, self.exchange, self.grant)
 
     async def open(self) -> None:
         pass
@@ -154,9 +153,8 @@ class LocalTarget:
                 continue
             try:
                 copy, gen = self._publish(entry.message, *route)
-            except (AMQPError, InvalidMessage) as exc:
-                text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
-                outcome.kept.append((entry, text))
+            except AMQPError as exc:
+                outcome.kept.append((entry, exc.reply_text))
                 continue
             if isinstance(copy, str):
                 outcome.kept.append((entry, copy))
@@ -173,18 +171,12 @@ class LocalTarget:
     def _publish(self, original: Message, exchange_name: str, keys: tuple[str, ...]):
         """(the copy, the store generation making it durable) or (why not,
         whether some queue took it anyway)."""
-        self.grant.check(WRITE, "exchange", exchange_name)
-        exchange = self.vhost.exchange(exchange_name)
-        exchange.check_publishable()
         copy = Message.to(exchange_name, keys[0], original.header, original.body)
-        copy.inspect()  # its TTL, as a publish reads it
-        copy.routing_keys = keys
-        queues = self.vhost.route(exchange, list(keys), copy)
-        if not queues:
+        published = self.vhost.republish(copy, self.grant, keys)
+        if not published.routed:
             return UNROUTABLE, False
-        refused = sum(1 for queue in queues if queue.enqueue(copy) is REJECTED)
-        if refused:
-            return REFUSED, refused < len(queues)
+        if published.refused:
+            return REFUSED, published.taken
         return copy, copy.stored_gen
 
 
