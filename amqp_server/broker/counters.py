@@ -48,15 +48,16 @@ class Counters:
         self.retired_dropped: Counter = Counter()
         self.retired_expired = 0
 
-    def publishes(self, count: int, outcome, mandatory: bool, confirm: bool) -> None:
-        """`count` publishes that fared alike (`outcome`: publishing.Outcome).
-        A publish in confirm mode is confirmed unless a queue refused it."""
+    def publishes(self, count: int, routed: bool, mandatory: bool, confirm: bool,
+                  refused=()) -> None:
+        """`count` publishes that fared alike.  In confirm mode, one is
+        confirmed unless a queue refused it (`refused`: those queues)."""
         self.received += count
         if confirm:
             self.received_confirm += count
-            if not outcome.refused:
+            if not refused:
                 self.confirmed += count
-        if outcome.routed:
+        if routed:
             self.routed += count
         elif mandatory:
             self.unroutable_returned += count

@@ -158,7 +158,7 @@ def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bo
     if header[HEADER_PREFIX] & CHECK_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
         check_content(message, grant, reply_name, layout)
     outcome = enqueue(route(vhost, exchange, message), message)
-    vhost.counters.publishes(1, outcome, mandatory, confirm)
+    vhost.counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
     return outcome
 
 
@@ -212,7 +212,7 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
         if all(queue.plain for queue in queues):
             # The fast path: plain queues never refuse, nothing differs.
             outcome = ACCEPTED if queues else UNROUTED
-            counters.publishes(len(messages), outcome, mandatory, confirm)
+            counters.publishes(len(messages), bool(queues), mandatory, confirm)
             for queue in queues:
                 queue.enqueue_run(messages)
             if answer is not None:
@@ -222,7 +222,7 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
     for message in messages:  # one by one (limits, DLX), routed alike or each itself
         outcome = enqueue(route(vhost, exchange, message) if queues is None else queues,
                           message)
-        counters.publishes(1, outcome, mandatory, confirm)
+        counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
         if answer is not None:
             answer(message, outcome, mandatory)
 
@@ -243,7 +243,7 @@ def enqueue_routed(vhost, routed: Routed, mandatory: bool = False,
     queues = vhost.queues
     outcome = enqueue([queues[name] for name in routed.queue_names if name in queues],
                       routed.message)
-    vhost.counters.publishes(1, outcome, mandatory, confirm)
+    vhost.counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
     return outcome
 
 
@@ -263,5 +263,5 @@ def republish(vhost, message: Message, grant, routing_keys: tuple[str, ...]) -> 
         raise precondition_failed(str(exc)) from None
     message.routing_keys = tuple(routing_keys)
     outcome = enqueue(route(vhost, exchange, message), message)
-    vhost.counters.publishes(1, outcome, True, True)
+    vhost.counters.publishes(1, outcome.routed, True, True, outcome.refused)
     return outcome
