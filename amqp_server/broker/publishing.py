@@ -122,8 +122,8 @@ def _check_user_id(grant, header: bytes) -> None:
 
 def route(vhost, exchange, message: Message):
     """The queues `message` goes to; direct reply-to consumers its keys
-    name get it on the way (only a key that routes to no queue can name
-    one: no queue may be called amq.*)."""
+    name get it on the way (looked for only when its one key routed to no
+    queue, or it has several: no queue may be called amq.*)."""
     keys = message.routing_keys
     queues = vhost.route(exchange, keys, message)
     if (not queues or len(keys) > 1) and not exchange.name:
