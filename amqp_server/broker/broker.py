@@ -82,6 +82,7 @@ class Broker:
                 name, self.timers, self.policies, self.config.policy_precedence == "policy",
                 self.config.address_settings)
             vhost.counters = self.counters
+            vhost.replies = self.replies
             if self.journal is not None:
                 self.attach(vhost)
                 self.journal.vhost_added(name)

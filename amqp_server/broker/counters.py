@@ -22,7 +22,9 @@ class Counters:
         self.queues_declared = 0
         self.queues_created = 0
         self.queues_deleted = 0
-        # Publishes, as they arrive on a channel.
+        # Publishes, as the one publish path (publishing.py) counts them: a
+        # channel's, the management API's and the workbench's; dead letters
+        # are counted by their queues instead, as RabbitMQ does.
         self.received = 0
         self.received_confirm = 0
         self.routed = 0
@@ -46,10 +48,15 @@ class Counters:
         self.retired_dropped: Counter = Counter()
         self.retired_expired = 0
 
-    def publishes(self, count: int, routed: bool, mandatory: bool, confirm: bool) -> None:
+    def publishes(self, count: int, routed: bool, mandatory: bool, confirm: bool,
+                  refused=()) -> None:
+        """`count` publishes that fared alike.  In confirm mode, one is
+        confirmed unless a queue refused it (`refused`: those queues)."""
         self.received += count
         if confirm:
             self.received_confirm += count
+            if not refused:
+                self.confirmed += count
         if routed:
             self.routed += count
         elif mandatory:

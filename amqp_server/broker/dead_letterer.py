@@ -7,8 +7,11 @@ message (a trace id, say) passes to its dead letter as the bytes it arrived
 in, never decoded; nor is any other property.  Messages that died together
 the same way (the same death headers, expiration and routing) share one
 plan: the death history, its encoded headers and the target queues are
-computed once, and each message only gets its own content header spliced.
-A dead-letter exchange that routes on headers routes each message itself.
+computed once, and each message only gets its own content header spliced
+and goes into the target queues through the publish path's enqueue step
+(publishing.py).  A dead-letter exchange that routes on headers routes
+each message itself.  Dead letters are counted as deaths of the queue they
+left, not as publishes (RabbitMQ's global counters do the same).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ..wire.properties import locate, splice_dead_letter
 from ..wire.table import decode_table_body, encode_table_pairs, split_table
 from .dead_letter_events import event_common, event_head
 from .message import HEADER_PREFIX, Message, death_pairs
-from .queue import REJECTED
+from .publishing import enqueue
 
 log = logging.getLogger("amqp_server.dlx")
 
@@ -111,18 +114,12 @@ class DeadLetterer:
             cause = plan.cause
             accepted = plan.target_names
             if cause is None:
-                copy = self._copy(plan, message, layout, own)
-                targets = plan.targets
-                if len(targets) == 1:  # the usual case, without building lists
-                    if targets[0].enqueue(copy) is REJECTED:
-                        accepted = []
+                # The publish path's enqueue step; counted here, as deaths.
+                outcome = enqueue(plan.targets, self._copy(plan, message, layout, own))
+                if outcome.refused:
+                    accepted = [t.name for t in plan.targets if t not in outcome.refused]
+                    if not outcome.taken:
                         cause = TARGET_FULL
-                else:
-                    refused = [t for t in targets if t.enqueue(copy) is REJECTED]
-                    if refused:
-                        accepted = [t.name for t in targets if t not in refused]
-                        if not accepted:
-                            cause = TARGET_FULL
             if cause is None:
                 republished += 1
             elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):

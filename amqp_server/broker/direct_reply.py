@@ -14,14 +14,33 @@ from __future__ import annotations
 import base64
 import os
 
+from ..wire.frames import shortstr
+from ..wire.properties import property_span
+from .message import HEADER_PREFIX
+
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
+_PSEUDO_QUEUE = PSEUDO_QUEUE.encode()
 
 
 def new_name() -> str:
     """Two base64 parts, as RabbitMQ's (there: the channel's node and
     process, and a guid); clients treat the name as opaque."""
     return PREFIX + ".".join(base64.b64encode(os.urandom(size)).decode() for size in (12, 16))
+
+
+def asks_for_replies(header: bytes) -> bool:
+    """Whether a request's reply_to names the pseudo-queue."""
+    span = property_span(header, HEADER_PREFIX, "reply_to")
+    return span is not None and header[span[0] + 1:span[1]] == _PSEUDO_QUEUE
+
+
+def name_replies(message, name: str) -> None:
+    """The request carries its publisher's reply name as its reply_to
+    (found again: reading the headers may have re-encoded the header)."""
+    header = message.header
+    start, end = property_span(header, HEADER_PREFIX, "reply_to")
+    message.set_header(header[:start] + shortstr(name) + header[end:])
 
 
 class DirectReplies:

@@ -34,9 +34,11 @@ from ..errors import (
 )
 from ..storage.definition_log import NO_JOURNAL, persists
 from ..wire.table import FieldTable, encode_table, typed_value
+from . import publishing
 from .access_control import check_not_default
 from .auto_created import AutoCreatedQueues
 from .counters import Counters
+from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .dead_letterer import DeadLetterer
@@ -133,6 +135,7 @@ class VirtualHost:
         self.paging = None
         self.dead_letterer = DeadLetterer(self)
         self.counters = Counters()  # the broker's, once it adopts this vhost
+        self.replies = DirectReplies()  # the broker's, once it adopts this vhost
         self.auto_created = AutoCreatedQueues(self.timers, self.remove_queue)
         self._settings_made: dict[tuple, object] = {}
         self.queues: dict[str, Queue] = {}
@@ -402,10 +405,19 @@ class VirtualHost:
         if cascade and source.auto_delete and not source.bindings:
             self._remove_exchange(source)
 
-    # ---- routing -------------------------------------------------------
+    # ---- publishing ----------------------------------------------------
+
+    # Every way a message enters a queue goes through broker/publishing.py,
+    # whose functions are bound here as methods, without a call in between.
+    publish = publishing.publish
+    publish_run = publishing.publish_run
+    check_and_route = publishing.check_and_route
+    enqueue_routed = publishing.enqueue_routed
+    republish = publishing.republish
 
     def route(self, exchange: Exchange, routing_keys: list[str], message):
-        """Queues the message goes to, through e2e bindings and alternates."""
+        """Queues the message goes to, through e2e bindings and alternates
+        (direct reply-to aside: publishing.route)."""
         destinations = exchange.match(routing_keys, message)
         if not exchange.exchange_bindings and (destinations or exchange.alternate is None):
             return destinations  # only queues can match: nothing to walk
@@ -424,7 +436,6 @@ class VirtualHost:
                     seen.add(dest)
                     pending.append((dest, dest.match(routing_keys, message)))
         return list(queues)
-
 
     # ---- policies ------------------------------------------------------
 

@@ -33,9 +33,8 @@ from dataclasses import dataclass, field, replace
 
 from dlx.redrive import origin_of, redriven_headers
 
-from ..broker.message import HEADER_PREFIX, InvalidMessage, Message
-from ..broker.permissions import WRITE
-from ..broker.queue import REJECTED
+from ..broker.message import HEADER_PREFIX, Message
+from ..broker.publishing import exchange_for
 from ..errors import AMQPError
 from ..remote_publisher import CONFIRMED, RETURNED, AmqpUri, RemoteError, RemotePublisher
 from ..wire.properties import encode_properties
@@ -111,9 +110,10 @@ class Outcome:
 
 
 class LocalTarget:
-    """Publishes into a vhost of this broker, as basic.publish does (write
-    on the exchange, not an internal one), and waits until what it
-    published is on disk: a publisher confirm without the channel."""
+    """Publishes into a vhost of this broker through its publish path
+    (`republish`: write on the exchange, not an internal one, counted as a
+    publish), and waits until what it published is on disk: a publisher
+    confirm without the channel."""
 
     def __init__(self, broker, vhost, grant, exchange: str | None,
                  routing_key: str | None) -> None:
@@ -126,8 +126,7 @@ class LocalTarget:
     def check(self) -> None:
         """A move's target, checked before anything is withdrawn."""
         if self.exchange is not None:
-            self.grant.check(WRITE, "exchange", self.exchange)
-            self.vhost.exchange(self.exchange).check_publishable()
+            exchange_for(self.vhost, self.exchange, self.grant)
 
     async def open(self) -> None:
         pass
@@ -155,9 +154,8 @@ class LocalTarget:
                 continue
             try:
                 copy, gen = self._publish(entry.message, *route)
-            except (AMQPError, InvalidMessage) as exc:
-                text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
-                outcome.kept.append((entry, text))
+            except AMQPError as exc:
+                outcome.kept.append((entry, exc.reply_text))
                 continue
             if isinstance(copy, str):
                 outcome.kept.append((entry, copy))
@@ -174,23 +172,17 @@ class LocalTarget:
     def _publish(self, original: Message, exchange_name: str, keys: tuple[str, ...]):
         """(the copy, the store generation making it durable) or (why not,
         whether some queue took it anyway)."""
-        self.grant.check(WRITE, "exchange", exchange_name)
-        exchange = self.vhost.exchange(exchange_name)
-        exchange.check_publishable()
         header = original.header
         if self.exchange is None:  # a redrive: the copy counts it (dlx/redrive.py)
             props = original.properties
             header = header[:HEADER_PREFIX] + encode_properties(
                 replace(props, headers=redriven_headers(props.headers)))
         copy = Message.to(exchange_name, keys[0], header, original.body)
-        copy.inspect()  # its TTL, as a publish reads it
-        copy.routing_keys = keys
-        queues = self.vhost.route(exchange, list(keys), copy)
-        if not queues:
+        published = self.vhost.republish(copy, self.grant, keys)
+        if not published.routed:
             return UNROUTABLE, False
-        refused = sum(1 for queue in queues if queue.enqueue(copy) is REJECTED)
-        if refused:
-            return REFUSED, refused < len(queues)
+        if published.refused:
+            return REFUSED, published.taken
         return copy, copy.stored_gen
 
 

@@ -1,6 +1,6 @@
-"""The channel's confirms part: publisher confirms, and replies held until
-what they promise is on disk (confirms, tx.commit-ok, deliveries counted
-before they go out)."""
+"""The channel's confirms part: what a publisher hears of its publishes
+(returns, publisher confirms), and replies held until what they promise is
+on disk (confirms, tx.commit-ok, deliveries counted before they go out)."""
 
 from __future__ import annotations
 
@@ -63,15 +63,21 @@ class ConfirmsPart:
         self.confirmed_upto = upto
         self.conn.write(frames.ack_frame(self.number, upto, multiple))
 
-    def _confirm(self, message: Message, refused: bool) -> None:
+    def _answer(self, message: Message, outcome, mandatory: bool) -> None:
+        """What the publisher hears of one publish (an outcome of the publish
+        path, broker/publishing.py): basic.return when it was mandatory and
+        no queue was routed to; then, in confirm mode, its confirm: a nack
+        when a queue refused it, else an ack once it is on disk."""
+        if mandatory and not outcome.routed:
+            self._return_unroutable(message)
+        if not self.confirm:
+            return
         self.publish_seq += 1
-        if refused:
+        if outcome.refused:
             self._nacks.append(self.publish_seq)
-        else:
-            self.conn.broker.counters.confirmed += 1
-            if message.stored_gen is not None:
-                self._durable_waits.append((self.publish_seq, message.stored_gen,
-                                            self._journal.pending()))
+        elif message.stored_gen is not None:
+            self._durable_waits.append((self.publish_seq, message.stored_gen,
+                                        self._journal.pending()))
         if not self._confirm_pending:
             self._confirm_pending = True
             self.conn.confirms_due(self)

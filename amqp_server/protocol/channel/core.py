@@ -63,7 +63,6 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
         self.tx: list | None = None
         self.last_queue = ""
         self._cancels_held: list[str] | None = None  # during queue.delete (declaring)
-        self._user_id_checked = None  # the last header whose user_id passed
         # content being assembled: (exchange, routing key, route bytes, mandatory)
         self._publish: tuple | None = None
         self._header: bytes | None = None

@@ -1,26 +1,26 @@
 """The channel's direct reply-to part (broker/direct_reply.py): consuming
-the pseudo-queue, requests whose reply_to names it, replies delivered, and
-declares of the pseudo-queue, each as rabbit_channel does them."""
+the pseudo-queue, replies delivered, and declares of the pseudo-queue, each
+as rabbit_channel does them (requests whose reply_to names it are checked
+and renamed by the publish path, broker/publishing.py)."""
 
 from __future__ import annotations
 
 from pamqp import commands as spec
 
 from ...broker.direct_reply import PREFIX, PSEUDO_QUEUE
-from ...broker.message import HEADER_PREFIX
 from ...broker.vhost import server_generated_name
 from ...errors import not_found, precondition_failed, resource_name
 from ...wire import frames
 from ...wire.frames import shortstr
 from ...wire.methods import make
-from ...wire.properties import property_span
-
-_PSEUDO_QUEUE = PSEUDO_QUEUE.encode()
 
 
 class ReplyingPart:
-    # (consumer tag, its encoded form, the name requests carry) or None
-    reply_consumer: tuple[str, bytes, str] | None = None
+    # (consumer tag, its encoded form) or None
+    reply_consumer: tuple[str, bytes] | None = None
+    # The name requests carry, what a reply_to naming the pseudo-queue
+    # becomes (broker/publishing.py); None while no reply consumer.
+    reply_name: str | None = None
 
     def _consume_replies(self, method) -> None:
         if not method.no_ack:
@@ -28,7 +28,8 @@ class ReplyingPart:
         if self.reply_consumer is not None:
             raise precondition_failed("reply consumer already set")
         tag = method.consumer_tag or server_generated_name("amq.ctag")
-        self.reply_consumer = (tag, shortstr(tag), self.conn.broker.replies.register(self))
+        self.reply_name = self.conn.broker.replies.register(self)
+        self.reply_consumer = (tag, shortstr(tag))
         if not method.nowait:
             self.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))
 
@@ -41,8 +42,9 @@ class ReplyingPart:
 
     def _stop_replies(self) -> None:
         if self.reply_consumer is not None:
-            self.conn.broker.replies.unregister(self.reply_consumer[2])
+            self.conn.broker.replies.unregister(self.reply_name)
             self.reply_consumer = None
+            self.reply_name = None
 
     def _declare_reply_queue(self, name: str, nowait: bool) -> None:
         """queue.declare of the pseudo-queue (always there) or of a reply
@@ -53,23 +55,6 @@ class ReplyingPart:
         if not nowait:
             self.send(make(spec.Queue.DeclareOk, queue=name, message_count=0,
                            consumer_count=1))
-
-    def _asks_for_replies(self, header: bytes) -> bool:
-        """Whether a request's reply_to names the pseudo-queue (406 without
-        a reply consumer on this channel)."""
-        span = property_span(header, HEADER_PREFIX, "reply_to")
-        if span is None or header[span[0] + 1:span[1]] != _PSEUDO_QUEUE:
-            return False
-        if self.reply_consumer is None:
-            raise precondition_failed("fast reply consumer does not exist")
-        return True
-
-    def _name_replies(self, message) -> None:
-        """The request carries this channel's reply name as its reply_to
-        (found again: reading the headers may have re-encoded the header)."""
-        header = message.header
-        start, end = property_span(header, HEADER_PREFIX, "reply_to")
-        message.set_header(header[:start] + shortstr(self.reply_consumer[2]) + header[end:])
 
     def deliver_reply(self, message) -> None:
         """A reply, as basic.deliver to the reply consumer: not tracked (no

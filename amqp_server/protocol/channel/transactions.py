@@ -1,6 +1,7 @@
 """The channel's transactions part: tx.select, commit and rollback.
-Publishes are routed when they arrive and queued at commit (channel
-publishing part); a commit applies its actions in order and never loses one."""
+Publishes are checked and routed when they arrive and queued at commit
+(broker/publishing.py: check_and_route, enqueue_routed); a commit applies
+its actions in order and never loses one."""
 
 from __future__ import annotations
 
@@ -28,11 +29,10 @@ class TransactionsPart:
         try:
             for action in actions:
                 if action[0] == "publish":
-                    _, message, mandatory, names = action
-                    queues = self.vhost.queues
-                    self._enqueue(message, [queues[name] for name in names if name in queues],
-                                  mandatory)
-                    generation = max(generation, message.stored_gen or 0)
+                    _, routed, mandatory = action
+                    outcome = self.vhost.enqueue_routed(routed, mandatory)
+                    self._answer(routed.message, outcome, mandatory)
+                    generation = max(generation, routed.message.stored_gen or 0)
                 elif action[0] == "ack":
                     self._settle(action[1])
                 elif action[2]:
