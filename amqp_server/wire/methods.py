@@ -20,6 +20,7 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_NUMBERS = {"octet": _U8, "short": _U16, "long": _U32, "longlong": _U64, "timestamp": _U64}
 
 
 class MethodDecodeError(ValueError):
@@ -58,53 +59,55 @@ def decode_method(payload: bytes | memoryview) -> object:
     end = len(data)
     bit_byte = 0
     bit_pos = 8  # 8 means "no bit octet loaded"
-    try:
-        for name, kind in fields:
-            if kind == "bit":
-                if bit_pos == 8:
-                    bit_byte = data[offset]
-                    offset += 1
-                    bit_pos = 0
-                setattr(method, name, bool(bit_byte & (1 << bit_pos)))
-                bit_pos += 1
-                continue
-            bit_pos = 8
-            if kind == "shortstr":
-                length = data[offset]
+    # Every field's length is held against the end of the payload before
+    # the field is read.
+    for name, kind in fields:
+        if kind == "bit":
+            if bit_pos == 8:
+                if offset >= end:
+                    raise _truncated(cls, name)
+                bit_byte = data[offset]
                 offset += 1
-                if offset + length > end:
-                    raise MethodDecodeError("short string exceeds frame")
-                value = data[offset : offset + length].decode("utf-8", "surrogateescape")
-                offset += length
-            elif kind == "octet":
-                value = data[offset]
-                offset += 1
-            elif kind == "short":
-                (value,) = _U16.unpack_from(data, offset)
-                offset += 2
-            elif kind == "long":
-                (value,) = _U32.unpack_from(data, offset)
-                offset += 4
-            elif kind in ("longlong", "timestamp"):
-                (value,) = _U64.unpack_from(data, offset)
-                offset += 8
-            elif kind == "longstr":
-                (length,) = _U32.unpack_from(data, offset)
-                offset += 4
-                if offset + length > end:
-                    raise MethodDecodeError("long string exceeds frame")
-                value = data[offset : offset + length]
-                offset += length
-            elif kind == "table":
+                bit_pos = 0
+            setattr(method, name, bool(bit_byte & (1 << bit_pos)))
+            bit_pos += 1
+            continue
+        bit_pos = 8
+        if kind == "shortstr":
+            if offset >= end:
+                raise _truncated(cls, name)
+            length = data[offset]
+            offset += 1
+            if offset + length > end:
+                raise MethodDecodeError("short string exceeds frame")
+            value = data[offset : offset + length].decode("utf-8", "surrogateescape")
+            offset += length
+        elif kind == "longstr":
+            if offset + 4 > end:
+                raise _truncated(cls, name)
+            (length,) = _U32.unpack_from(data, offset)
+            offset += 4
+            if offset + length > end:
+                raise MethodDecodeError("long string exceeds frame")
+            value = data[offset : offset + length]
+            offset += length
+        elif kind == "table":
+            try:
                 value, offset = decode_table(data, offset)
-            else:  # pragma: no cover - the spec has no other types
-                raise MethodDecodeError(f"unsupported field type {kind}")
-            setattr(method, name, value)
-    except (IndexError, struct.error, ValueError) as exc:
-        if isinstance(exc, MethodDecodeError):
-            raise
-        raise MethodDecodeError(f"malformed {cls.name}: {exc}") from exc
+            except ValueError as exc:
+                raise MethodDecodeError(f"malformed {cls.name}: {exc}") from None
+        else:
+            st = _NUMBERS[kind]
+            if offset + st.size > end:
+                raise _truncated(cls, name)
+            (value,) = st.unpack_from(data, offset)
+            offset += st.size
+        setattr(method, name, value)
     return method
+
+
+def _truncated(cls: type, name: str) -> MethodDecodeError:
+    return MethodDecodeError(f"malformed {cls.name}: {name} exceeds frame")
 
 
 def encode_method(method: object) -> bytes:
