@@ -7,14 +7,15 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import commands as spec
 
 from amqp_server.errors import AMQPError
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 from amqp_server.wire.properties import Properties, encode_properties
-from amqp_server.wire.reader import FrameReader, settle_payload
+from amqp_server.wire.reader import FrameReader, publish_fields, settle_payload
 
 FRAME_MAX = 131072
 MESSAGE_MAX = 1000
@@ -25,6 +26,27 @@ class Events:
 
     def __init__(self) -> None:
         self.seen: list[tuple] = []
+        self.methods: dict[int, bytes] = {}  # the basic.publish payload of publish events
+
+    def frames(self) -> list[tuple[int, int, bytes]]:
+        """(frame type, channel, payload) of each frame the events stand for."""
+        out = []
+        for number, event in enumerate(self.seen):
+            kind, channel = event[0], event[1] if len(event) > 1 else 0
+            if kind in ("publish", "publish run"):
+                headers, bodies = ([event[3]], [event[4]]) if kind == "publish" else event[3:5]
+                for h, body in zip(headers, bodies):
+                    out += [(1, channel, self.methods[number]), (2, channel, h)]
+                    out += [(3, channel, body)] if body else []
+            elif kind == "settle":
+                _, _, method_id, tags, multiple, requeue = event
+                out += [(1, channel, settle_payload(method_id, tag, multiple, requeue))
+                        for tag in tags]
+            elif kind != "protocol header":
+                frame_type = {"method": 1, "content header": 2, "content body": 3,
+                              "heartbeat": 8}[kind]
+                out.append((frame_type, channel, event[2] if len(event) > 2 else b""))
+        return out
 
     def on_protocol_header(self, raw):
         self.seen.append(("protocol header", raw))
@@ -43,9 +65,11 @@ class Events:
 
     def on_publish(self, channel, fields, header, layout, body):
         self.seen.append(("publish", channel, fields.routing_key, header, body))
+        self.methods[len(self.seen) - 1] = fields.method
 
     def on_publish_run(self, channel, fields, headers, layouts, bodies):
         self.seen.append(("publish run", channel, fields.routing_key, headers, bodies))
+        self.methods[len(self.seen) - 1] = fields.method
 
     def on_settle(self, channel, method_id, tags, multiple, requeue):
         self.seen.append(("settle", channel, method_id, tags, multiple, requeue))
@@ -346,36 +370,13 @@ def test_stop_ends_the_read_at_once():
 
 # ---- any split of the bytes into reads --------------------------------------------------
 
-def one_frame_per_event(seen: list[tuple]) -> list[tuple]:
-    """The events with publishes and settles taken apart into their frames."""
-    out = []
-    for event in seen:
-        kind = event[0]
-        if kind in ("publish", "publish run"):
-            headers, bodies = ([event[3]], [event[4]]) if kind == "publish" else event[3:5]
-            for h, body in zip(headers, bodies):
-                out.append(("publish", event[1], event[2], h, body))
-        elif kind == "settle":
-            _, channel, method_id, tags, multiple, requeue = event
-            out.extend(("method", channel, settle_payload(method_id, tag, multiple, requeue))
-                       for tag in tags)
-        elif kind in ("method", "content header", "content body"):
-            out.append(event)
-    return out
-
-
-def frame_by_frame(seen: list[tuple]) -> list[tuple]:
-    """As `one_frame_per_event`, with publishes read frame by frame made whole."""
-    out: list[tuple] = []
-    for event in one_frame_per_event(seen):
-        if event[0] == "content body" and out and out[-1][0] == "publish" and not out[-1][4]:
-            out[-1] = out[-1][:4] + (event[2],)
-        elif event[0] == "content header" and out and out[-1][0] == "method" and (
-                out[-1][2][:4] == b"\x00\x3c\x00\x28"):
-            fields = decode_method(out[-1][2])
-            out[-1] = ("publish", event[1], fields.routing_key, event[2], b"")
-        else:
-            out.append(event)
+def split_frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    """The frames of well-formed `data`, by the frame header alone."""
+    out, pos = [], 0
+    while pos < len(data):
+        frame_type, channel, size = struct.unpack_from(">BHI", data, pos)
+        out.append((frame_type, channel, data[pos + 7:pos + 7 + size]))
+        pos += size + 8
     return out
 
 
@@ -383,21 +384,36 @@ streams = st.lists(st.one_of(
     st.builds(publish, st.just(1), st.sampled_from([b"", b"a", b"bb", b"c" * 300]),
               st.sampled_from([b"\x00\x00", encode_properties(Properties(message_id="m"))]),
               st.sampled_from(["q", "k"])),
+    st.builds(publish, st.just(1), st.just(b"x" * (MESSAGE_MAX + 1))),
     st.builds(ack, st.integers(1, 9), st.sampled_from([1, 2]), st.booleans()),
     st.builds(lambda tag, requeue: method(1, spec.Basic.Reject, delivery_tag=tag,
                                           requeue=requeue), st.integers(1, 9), st.booleans()),
+    st.builds(lambda tag: method(1, spec.Basic.Nack, delivery_tag=tag, multiple=True),
+              st.integers(1, 9)),
     st.just(method(1, spec.Queue.Declare, queue="q")),
+    st.just(content(1, b"stray")),
     st.just(frames.HEARTBEAT_FRAME),
 ), min_size=1, max_size=30).map(b"".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(streams, st.lists(st.integers(1, 300), max_size=12))
-def test_any_split_into_reads_reports_the_same_frames(data, cuts):
-    whole = frame_by_frame(read(data))
-    chunks, pos = [], 0
+def test_any_split_into_reads_reports_every_frame_once_in_order(data, cuts):
+    frame_reader, events = reader()
+    pos = 0
     for cut in cuts:
-        chunks.append(data[pos:pos + cut])
+        frame_reader.read(data[pos:pos + cut])
         pos += cut
-    chunks.append(data[pos:])
-    assert frame_by_frame(read(*chunks)) == whole
+    frame_reader.read(data[pos:])
+    assert events.frames() == split_frames(data)
+
+
+@given(st.text(max_size=63), st.text(max_size=63), st.booleans(), st.booleans())
+def test_a_publish_read_in_place_agrees_with_the_decoder(exchange, key, mandatory, immediate):
+    payload = method(1, spec.Basic.Publish, exchange=exchange, routing_key=key,
+                     mandatory=mandatory, immediate=immediate)[7:-1]
+    decoded = decode_method(payload)
+    fields = publish_fields(payload)
+    assert (fields.exchange, fields.routing_key, fields.mandatory, fields.immediate) == (
+        decoded.exchange, decoded.routing_key, decoded.mandatory, decoded.immediate)
+    assert fields.routing_keys == (decoded.routing_key,) and fields.method == payload

@@ -204,8 +204,12 @@ class Connection:
 
     def on_publish(self, number: int, fields: PublishFields, header: bytes,
                    layout: Layout | None, body: bytes) -> None:
-        channel = self._taking_publishes(number, fields)
-        if channel is None:
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
+            return
+        self.publishing = True
+        if channel._publish is not None or channel.tx is not None or fields.immediate:
             self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
             return
         try:
@@ -218,8 +222,12 @@ class Connection:
 
     def on_publish_run(self, number: int, fields: PublishFields, headers: list[bytes],
                        layouts: list[Layout | None] | None, bodies: list[bytes]) -> None:
-        channel = self._taking_publishes(number, fields)
-        if channel is None:
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
+            return
+        self.publishing = True
+        if channel._publish is not None or channel.tx is not None or fields.immediate:
             self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
             return
         exchange, routing_key, route, mandatory, _, routing_keys, _ = fields
@@ -232,20 +240,11 @@ class Connection:
                 raise
             self.channel_error(channel, error.for_method(60, 40))
 
-    def _taking_publishes(self, number: int, fields: PublishFields) -> Channel | None:
-        """The channel, when it takes publishes read whole; else None, and
-        they go to it one frame at a time: closed, within other content, in
-        a transaction, or immediate (refused, 540)."""
-        channel = self.channels.get(number)
-        if channel is None or channel.closing:
-            return None
-        self.publishing = True
-        if channel._publish is not None or channel.tx is not None or fields.immediate:
-            return None
-        return channel
-
     def _publishes_one_frame_at_a_time(self, number: int, fields: PublishFields,
                                        headers, bodies) -> None:
+        """Publishes read whole that the channel must take as frames: it is
+        closed or unknown, within other content, in a transaction, or they
+        ask for `immediate` (refused, 540)."""
         for header, body in zip(headers, bodies):
             self.on_method(number, fields.method)
             if self.state != CLOSED:
@@ -260,14 +259,31 @@ class Connection:
         channel = self.channels.get(number)
         if channel is None or channel.closing:
             for tag in tags:
-                self._method_frame(number, channel, settle_payload(method_id, tag, multiple,
-                                                                   requeue))
+                self.on_method(number, settle_payload(method_id, tag, multiple, requeue))
                 if self.state == CLOSED:
                     return
         elif multiple:
             self._on_channel(channel, channel.ack, tags[0], True, ids=(60, 80))
         else:
             self._on_channel(channel, channel.settle_each, method_id, tags, requeue)
+
+    def on_content_header(self, number: int, payload: bytes) -> None:
+        channel = self.channels.get(number)
+        if channel is None:
+            if number in self.closing_channels:
+                return
+            raise channel_error("expected 'channel.open'")
+        if not channel.closing:
+            self._on_channel(channel, channel.content_header, payload)
+
+    def on_content_body(self, number: int, payload: bytes) -> None:
+        channel = self.channels.get(number)
+        if channel is None:
+            if number in self.closing_channels:
+                return
+            raise channel_error("expected 'channel.open'")
+        if not channel.closing:
+            self._on_channel(channel, channel.content_body, payload)
 
     def on_method(self, number: int, payload: bytes) -> None:
         if self.state == CLOSING:
@@ -276,60 +292,7 @@ class Connection:
         channel = self.channels.get(number)
         if channel is not None and not channel.closing and payload.startswith(_PUBLISH_IDS):
             self._publish(channel, payload)
-        else:
-            self._method_frame(number, channel, payload)
-
-    def on_content_header(self, number: int, payload: bytes) -> None:
-        channel = self._content_channel(number)
-        if channel is not None:
-            self._on_channel(channel, channel.content_header, payload)
-
-    def on_content_body(self, number: int, payload: bytes) -> None:
-        channel = self._content_channel(number)
-        if channel is not None:
-            self._on_channel(channel, channel.content_body, payload)
-
-    def _content_channel(self, number: int) -> Channel | None:
-        """The channel content is for, or None when it is to be dropped."""
-        channel = self.channels.get(number)
-        if channel is None:
-            if number in self.closing_channels:
-                return None
-            raise channel_error("expected 'channel.open'")
-        return None if channel.closing else channel
-
-    def _publish(self, channel: Channel, payload: bytes) -> None:
-        fields = publish_fields(payload)
-        if fields is None:
-            raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
-        self.publishing = True
-        self._on_channel(channel, channel.start_publish, fields.exchange, fields.routing_key,
-                         fields.route, fields.mandatory, fields.immediate, ids=(60, 40))
-
-    def block(self, reason: str) -> None:
-        """A resource alarm: tell the client (if it asked to know) that it is
-        blocked; the shell stops reading from it."""
-        self.blocked = True
-        if self.capabilities.get("connection.blocked") and self.state == OPEN:
-            self._send_method(0, make(spec.Connection.Blocked, reason=reason))
-
-    def unblock(self) -> None:
-        self.blocked = False
-        if self.capabilities.get("connection.blocked") and self.state == OPEN:
-            self._send_method(0, make(spec.Connection.Unblocked))
-
-    def _on_channel(self, channel: Channel, handler, *args, ids: tuple = (0, 0)) -> None:
-        """Run a channel's handler; its error closes the channel (or the
-        connection), naming the method `ids` when the error does not."""
-        try:
-            handler(*args)
-        except AMQPError as error:
-            error.for_method(*ids)
-            if error.closes_connection:
-                raise
-            self.channel_error(channel, error)
-
-    def _method_frame(self, number: int, channel: Channel | None, payload: bytes) -> None:
+            return
         try:
             method = decode_method(payload)
         except UnknownMethod as exc:
@@ -369,6 +332,38 @@ class Connection:
             channel.handle_method(method)
         except AMQPError as error:
             error.for_method(*_ids(method))
+            if error.closes_connection:
+                raise
+            self.channel_error(channel, error)
+
+    def _publish(self, channel: Channel, payload: bytes) -> None:
+        """basic.publish not read whole with its content."""
+        fields = publish_fields(payload)
+        if fields is None:
+            raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
+        self.publishing = True
+        self._on_channel(channel, channel.start_publish, fields.exchange, fields.routing_key,
+                         fields.route, fields.mandatory, fields.immediate, ids=(60, 40))
+
+    def block(self, reason: str) -> None:
+        """A resource alarm: tell the client (if it asked to know) that it is
+        blocked; the shell stops reading from it."""
+        self.blocked = True
+        if self.capabilities.get("connection.blocked") and self.state == OPEN:
+            self._send_method(0, make(spec.Connection.Blocked, reason=reason))
+
+    def unblock(self) -> None:
+        self.blocked = False
+        if self.capabilities.get("connection.blocked") and self.state == OPEN:
+            self._send_method(0, make(spec.Connection.Unblocked))
+
+    def _on_channel(self, channel: Channel, handler, *args, ids: tuple = (0, 0)) -> None:
+        """Run a channel's handler; its error closes the channel (or the
+        connection), naming the method `ids` when the error does not."""
+        try:
+            handler(*args)
+        except AMQPError as error:
+            error.for_method(*ids)
             if error.closes_connection:
                 raise
             self.channel_error(channel, error)

@@ -44,12 +44,26 @@ SPEC: dict[int, tuple[type, tuple[tuple[str, str], ...]]] = {
 }
 
 
+# decode_method's view of each method's fields: (name, kind, unpack, size),
+# with `unpack` and `size` set for numbers.
+_NUMBER, _BIT, _SHORTSTR, _LONGSTR, _TABLE = range(5)
+_KINDS = {"bit": _BIT, "shortstr": _SHORTSTR, "longstr": _LONGSTR, "table": _TABLE}
+_DECODING = {
+    index: (cls, tuple(
+        (name, _NUMBER, _NUMBERS[kind].unpack_from, _NUMBERS[kind].size) if kind in _NUMBERS
+        else (name, _KINDS[kind], None, 0) for name, kind in fields))
+    for index, (cls, fields) in SPEC.items()
+}
+
+
 def decode_method(payload: bytes | memoryview) -> object:
-    """Decode a method frame payload into an instance of pamqp's class."""
+    """Decode a method frame payload into an instance of pamqp's class.
+    Every length is held against the end of the payload before what it
+    covers is read."""
     if len(payload) < 4:
         raise MethodDecodeError("method frame shorter than its ids")
     (index,) = _U32.unpack_from(payload, 0)
-    entry = SPEC.get(index)
+    entry = _DECODING.get(index)
     if entry is None:
         raise UnknownMethod(index >> 16, index & 0xFFFF)
     cls, fields = entry
@@ -59,10 +73,8 @@ def decode_method(payload: bytes | memoryview) -> object:
     end = len(data)
     bit_byte = 0
     bit_pos = 8  # 8 means "no bit octet loaded"
-    # Every field's length is held against the end of the payload before
-    # the field is read.
-    for name, kind in fields:
-        if kind == "bit":
+    for name, kind, unpack, size in fields:
+        if kind == _BIT:
             if bit_pos == 8:
                 if offset >= end:
                     raise _truncated(cls, name)
@@ -73,35 +85,34 @@ def decode_method(payload: bytes | memoryview) -> object:
             bit_pos += 1
             continue
         bit_pos = 8
-        if kind == "shortstr":
+        if kind == _NUMBER:
+            if offset + size > end:
+                raise _truncated(cls, name)
+            (value,) = unpack(data, offset)
+            offset += size
+        elif kind == _SHORTSTR:
             if offset >= end:
                 raise _truncated(cls, name)
             length = data[offset]
             offset += 1
             if offset + length > end:
                 raise MethodDecodeError("short string exceeds frame")
-            value = data[offset : offset + length].decode("utf-8", "surrogateescape")
+            value = data[offset:offset + length].decode("utf-8", "surrogateescape")
             offset += length
-        elif kind == "longstr":
+        elif kind == _LONGSTR:
             if offset + 4 > end:
                 raise _truncated(cls, name)
             (length,) = _U32.unpack_from(data, offset)
             offset += 4
             if offset + length > end:
                 raise MethodDecodeError("long string exceeds frame")
-            value = data[offset : offset + length]
+            value = data[offset:offset + length]
             offset += length
-        elif kind == "table":
+        else:
             try:
                 value, offset = decode_table(data, offset)
             except ValueError as exc:
                 raise MethodDecodeError(f"malformed {cls.name}: {exc}") from None
-        else:
-            st = _NUMBERS[kind]
-            if offset + st.size > end:
-                raise _truncated(cls, name)
-            (value,) = st.unpack_from(data, offset)
-            offset += st.size
         setattr(method, name, value)
     return method
 

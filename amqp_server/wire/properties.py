@@ -131,29 +131,68 @@ def scan_properties(header: bytes, offset: int) -> Layout | None:
     table and the expiration are (as `locate`), or None for a header with
     continuation flags, which no client sends (then checked by decoding).
     Raises ValueError otherwise."""
-    layout = locate(header, offset)
-    if layout is None:
+    # `locate`'s walk, carried on to the last property: written out here
+    # rather than called, as this runs for every publish whose properties
+    # differ from the one before.  Each length is read only where the
+    # header still holds it; one that runs past the end shows at the next
+    # read or at the last check.
+    end = len(header)
+    if offset + 2 > end:
+        raise ValueError(_TRUNCATED)
+    (flags,) = _U16.unpack_from(header, offset)
+    if flags & 1:
         decode_properties(header[offset:])
         return None
-    flags, h_start, h_end, _, pos = layout
-    end = len(header)
-    # The properties after expiration, by hand as in `locate`.
+    pos = offset + 2
+    if flags & 0x8000:  # content-type
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    if flags & 0x4000:  # content-encoding
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    h_start = pos
+    if flags & _HEADERS_BIT:
+        if pos + 4 > end:
+            raise ValueError(_TRUNCATED)
+        pos += 4 + _U32.unpack_from(header, pos)[0]
+    h_end = pos
+    if flags & 0x1000:  # delivery-mode
+        pos += 1
+    if flags & 0x0800:  # priority
+        pos += 1
+    if flags & 0x0400:  # correlation-id
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    if flags & 0x0200:  # reply-to
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    e_start = pos
+    if flags & _EXPIRATION_BIT:
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    e_end = pos
     if flags & 0x0080:  # message-id
         if pos >= end:
             raise ValueError(_TRUNCATED)
         pos += 1 + header[pos]
     if flags & 0x0040:  # timestamp
         pos += 8
-    for bit in (0x0020, 0x0010, 0x0008, 0x0004):  # type, user-id, app-id, cluster-id
-        if flags & bit:
-            if pos >= end:
-                raise ValueError(_TRUNCATED)
-            pos += 1 + header[pos]
+    if flags & 0x003C:  # type, user-id, app-id, cluster-id
+        for bit in (0x0020, 0x0010, 0x0008, 0x0004):
+            if flags & bit:
+                if pos >= end:
+                    raise ValueError(_TRUNCATED)
+                pos += 1 + header[pos]
     if pos > end:
         raise ValueError(_TRUNCATED)
     if h_end > h_start:
         check_table_body(header, h_start + 4, h_end)
-    return layout
+    return Layout((flags, h_start, h_end, e_start, e_end))
 
 
 def encode_properties(props: Properties, raw_headers: bytes | None = None) -> bytes:

@@ -245,7 +245,7 @@ class FrameReader:
         unpack_header = _FRAME_HEADER.unpack_from
         while end_of_data - pos >= FRAME_HEADER_SIZE:
             mode = self._mode
-            if mode == _STOPPED:
+            if mode and mode == _STOPPED:
                 return
             frame_type, channel, size = unpack_header(data, pos)
             if size > self.frame_max:
@@ -259,7 +259,7 @@ class FrameReader:
                 raise AMQPError(FRAME_ERROR,
                                 f"type {frame_type}, invalid frame end marker {data[end]}")
             pos = end + 1
-            if mode == _CLOSING:
+            if mode:  # closing
                 if frame_type == FRAME_METHOD and channel == 0 and size >= METHOD_IDS_SIZE:
                     handler.on_method(0, data[start:end])
                 continue
@@ -286,15 +286,10 @@ class FrameReader:
                             continue
                         else:
                             requeue = bool(bits & 2)
-                        # The frames after it that differ only in their tags.
-                        lead = data[start - FRAME_HEADER_SIZE:start + METHOD_IDS_SIZE]
                         tags = [tag]
-                        while (pos + _SETTLE_FRAME <= end_of_data
-                               and data[pos + _SETTLE_BITS_AT] == bits
-                               and data[pos + _SETTLE_END_AT] == FRAME_END
-                               and data.startswith(lead, pos)):
-                            tags.append(_U64.unpack_from(data, pos + _SETTLE_LEAD)[0])
-                            pos += _SETTLE_FRAME
+                        if pos + _SETTLE_FRAME <= end_of_data:
+                            pos = _settles(data, start - FRAME_HEADER_SIZE, pos, end_of_data,
+                                           bits, tags)
                         handler.on_settle(channel, index & 0xFFFF, tags, False, requeue)
                         continue
                 handler.on_method(channel, data[start:end])
@@ -406,6 +401,23 @@ class FrameReader:
         return next_pos
 
 
+def _settles(data: bytes, start: int, pos: int, end: int, bits: int, tags: list,
+             frame_end: int = FRAME_END, frame_size: int = _SETTLE_FRAME,
+             bits_at: int = _SETTLE_BITS_AT, end_at: int = _SETTLE_END_AT,
+             tag_at: int = _SETTLE_LEAD, unpack_tag=_U64.unpack_from) -> int:
+    """The ack, reject or nack frames from `pos` on that repeat the one at
+    `start` (flag bits `bits`) but for their delivery tags: appends their
+    tags and returns where the next frame starts.  (The constants are
+    bound as defaults: this loop runs once per frame of a run.)"""
+    lead = data[start:start + tag_at]  # frame header and method ids
+    startswith = data.startswith
+    while (pos + frame_size <= end and data[pos + bits_at] == bits
+           and data[pos + end_at] == frame_end and startswith(lead, pos)):
+        tags.append(unpack_tag(data, pos + tag_at)[0])
+        pos += frame_size
+    return pos
+
+
 def _repeats(data: bytes, start: int, header_at: int, header: bytes, pos: int, end: int,
              largest: int, headers: list, bodies: list) -> int:
     """The publishes from `pos` on that repeat the one whose method frame
@@ -429,9 +441,10 @@ def _repeats(data: bytes, start: int, header_at: int, header: bytes, pos: int, e
     known = {last_size: (header, before_body)}
     step = len(before_body) + last_size + 1
     startswith = data.startswith
+    frame_end = FRAME_END
     while True:
         if (pos + step <= end and startswith(before_body, pos)
-                and data[pos + step - 1] == FRAME_END):
+                and data[pos + step - 1] == frame_end):
             headers.append(header)
             bodies.append(data[pos + len(before_body):pos + step - 1])
             pos += step

@@ -215,22 +215,15 @@ def _skip_value(data: bytes, offset: int, end: int) -> int:
     return offset
 
 
-def _skip_key(data: bytes, offset: int, end: int) -> int:
-    """Where the short-string key at `offset` (offset < end) ends; a key
-    must leave room for its value's type tag."""
-    key_end = offset + 1 + data[offset]
-    if key_end >= end:
-        raise ValueError("table key exceeds table")
-    return key_end
-
-
 def check_table_body(data: bytes, offset: int, end: int) -> None:
     """ValueError unless data[offset:end] holds well-formed table entries;
     nothing is built."""
     if end > len(data):
         raise ValueError("table length exceeds data")
     while offset < end:
-        offset = _skip_value(data, _skip_key(data, offset, end), end)
+        # A key's length octet is inside the table; where the key ends,
+        # `_skip_value` holds against `end` before it reads the tag.
+        offset = _skip_value(data, offset + 1 + data[offset], end)
 
 
 def split_table(data: bytes, offset: int, end: int,
@@ -241,7 +234,7 @@ def split_table(data: bytes, offset: int, end: int,
     picked: list = []
     while offset < end:
         start = offset
-        key_end = _skip_key(data, offset, end)
+        key_end = offset + 1 + data[offset]
         offset = _skip_value(data, key_end, end)
         (picked if data[start + 1:key_end] in wanted else kept).append(data[start:offset])
     return b"".join(kept), b"".join(picked)
