@@ -2,9 +2,8 @@
 
 `receive_data` hands the bytes to the connection's `FrameReader`
 (`wire/reader.py`), which parses them and reports what they hold to the
-connection's `on_*` methods, which act on it;
-whatever the broker has to say accumulates in an output buffer that
-`data_to_send` drains.  Deliveries
+`on_*` methods below, which act on it.  Whatever the broker has to say
+accumulates in an output buffer that `data_to_send` drains.  Deliveries
 caused by other connections land in the same buffer and call the `wakeup`
 hook so the I/O shell knows to flush.  Nothing here touches a socket or a
 clock: the shell in `server.py` owns those and calls `heartbeat_tick`.

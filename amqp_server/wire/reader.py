@@ -37,10 +37,10 @@ by frame, for the connection and the channel to refuse as they would one
 frame at a time (502 SYNTAX_ERROR for arguments or properties that do not
 decode).
 
-Payloads are sliced out of the read and nothing is looked at twice: a run
-of publishes repeating one method frame and one set of properties costs a
-byte comparison per publish of everything before its body.  A frame cut by
-the end of a read waits for the next one.
+Payloads are sliced out of the read, never copied piece by piece, and a
+run of publishes repeating one method frame and one set of properties
+costs one byte comparison per publish of everything before its body.  A
+frame cut by the end of a read waits for the next one.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class FrameReader:
         unpack_header = _FRAME_HEADER.unpack_from
         while end_of_data - pos >= FRAME_HEADER_SIZE:
             mode = self._mode
-            if mode and mode == _STOPPED:
+            if mode and mode == _STOPPED:  # (reading, 0, is tested first)
                 return
             frame_type, channel, size = unpack_header(data, pos)
             if size > self.frame_max:
