@@ -241,10 +241,9 @@ def locate(header: bytes, offset: int) -> Layout | None:
     """Find the headers table and expiration without decoding anything.
     `offset` is where the property flags start.  None when the header uses
     continuation flags (the caller then decodes it); ValueError when a
-    length runs past the header.  Runs for each publish whose properties
-    differ from the one before (through `scan_properties`) and once per
-    dead letter, so it is written out by hand: only the first eight
-    properties (up to expiration) matter."""
+    length runs past the header.  Runs when a message is inspected and
+    once per dead letter, so it is written out by hand: only the first
+    eight properties (up to expiration) matter."""
     end = len(header)
     if offset + 2 > end:
         raise ValueError(_TRUNCATED)
