@@ -3,6 +3,7 @@
     python -m bench.fuzz --inputs 1000000            # seeded mutations, sans-IO
     python -m bench.fuzz --inputs 20000 --socket     # the same over real TCP
     python -m bench.fuzz --atheris -- -runs=1000000  # coverage-guided, when installed
+    python -m bench.fuzz --keep problems/            # each failing input saved whole
 
 An input is a string of valid frames (every method a client sends, content
 with every property, dead-letter and quorum arguments) that is then bit-
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import random
 import socket
@@ -226,7 +228,7 @@ class InternalErrors(logging.Handler):
             record.exc_text = "".join(traceback.format_exception(*record.exc_info)[-3:])
         self.records.append(record)
 
-    def attach(self) -> "InternalErrors":
+    def attach(self) -> InternalErrors:
         watched = logging.getLogger("amqp_server.connection")
         watched.addHandler(self)
         watched.setLevel(logging.ERROR)  # the catch-all logs at ERROR; refusals below
@@ -375,7 +377,8 @@ def run_sockets(count: int, seconds: float, seed: int) -> tuple[int, list[str]]:
 
 # ---- entry points ---------------------------------------------------------------------
 
-def run_sansio(count: int, seconds: float, seed: int) -> tuple[int, list[str]]:
+def run_sansio(count: int, seconds: float, seed: int,
+               keep: Path | None = None) -> tuple[int, list[str]]:
     rng = random.Random(seed)
     fuzzer = SansIOFuzzer()
     problems = []
@@ -383,16 +386,32 @@ def run_sansio(count: int, seconds: float, seed: int) -> tuple[int, list[str]]:
     try:
         while fuzzer.inputs < count and time.monotonic() < deadline:
             opened, data = make_input(rng)
-            problem = fuzzer.run_one(opened, chunks(data, rng))
+            pieces = chunks(data, rng)
+            problem = fuzzer.run_one(opened, pieces)
             if problem is None and fuzzer.inputs % 1000 == 0:
                 problem = fuzzer.bystander_problem()
             if problem:
-                problems.append(f"{problem} for input {data[:500]!r} (opened={opened})")
+                problems.append(f"input {fuzzer.inputs}: {problem} for input {data[:500]!r} "
+                                f"(opened={opened})")
+                if keep is not None:
+                    keep_input(keep, seed, fuzzer.inputs, opened, pieces, problem)
                 if len(problems) >= 10:
                     break
     finally:
         fuzzer.close()
     return fuzzer.inputs, problems
+
+
+def keep_input(folder: Path, seed: int, number: int, opened: bool, pieces: list[bytes],
+               problem: str) -> None:
+    """A failing input whole, as the reads it was fed in, to become a test:
+    `json.load`, then `bytes.fromhex` each read.  (What earlier inputs
+    declared on the same broker may matter too; the problem text says what
+    went wrong.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"seed{seed}-input{number}.json").write_text(json.dumps({
+        "seed": seed, "input": number, "opened": opened,
+        "reads": [piece.hex() for piece in pieces], "problem": problem}, indent=1))
 
 
 def run_atheris(argv: list[str]) -> None:
@@ -432,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after this long even if --inputs are not done")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--socket", action="store_true", help="over real TCP connections")
+    parser.add_argument("--keep", type=Path, metavar="FOLDER",
+                        help="save each failing input whole (sans-IO) in this folder")
     parser.add_argument("--atheris", action="store_true",
                         help="coverage-guided with atheris (arguments after -- go to it)")
     args, rest = parser.parse_known_args(argv)
@@ -444,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.socket:
         done, problems = run_sockets(args.inputs, args.seconds, args.seed)
     else:
-        done, problems = run_sansio(args.inputs, args.seconds, args.seed)
+        done, problems = run_sansio(args.inputs, args.seconds, args.seed, args.keep)
     elapsed = time.monotonic() - started
     print(f"{done} inputs in {elapsed:.0f} s ({done / elapsed:,.0f}/s), seed {args.seed}, "
           f"{'sockets' if args.socket else 'sans-IO'}: {len(problems)} problems")

@@ -158,6 +158,11 @@ def other_connections_still_work(broker):
     conn.close()
 
 
+# Properties with a headers table (12 octets) whose CC array claims 2 GB.
+CC_ARRAY_PAST_ITS_TABLE = (b"\x20\x00" + struct.pack(">I", 12) + b"\x02CCA"
+                           + struct.pack(">I", 0x80000007) + b"S\x00\x04\x00")
+
+
 @pytest.mark.parametrize("data,code", [
     (b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x0a\x00", 501),        # bad frame end
     (b"\x09\x00\x00\x00\x00\x00\x00\xce", 501),                        # unknown frame type
@@ -173,6 +178,9 @@ def other_connections_still_work(broker):
     (frames.frame(8, 1, b""), 505),                                    # heartbeat off channel 0
     (frames.method_frame(1, make(spec.Basic.Publish, routing_key="q"))  # property flags
      + frames.frame(2, 1, b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\x7f\x7f"), 502),  # cut short
+    (frames.method_frame(1, make(spec.Basic.Publish, routing_key="q"))  # a headers array
+     + frames.frame(2, 1, frames.content_header(1, CC_ARRAY_PAST_ITS_TABLE))  # past its
+     + frames.frame(3, 1, b"x"), 502),                                 # table (bench.fuzz)
 ])
 def test_malformed_frames_close_the_connection_only(broker, data, code):
     client = RawClient.opened(broker.port)

@@ -4,7 +4,8 @@ publish at a time gives.  Driven in memory through the connection."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker
@@ -340,3 +341,44 @@ def test_publishes_with_their_own_properties_read_together_fare_as_one_by_one(ba
         return [*chunks, data[pos:]]
 
     assert routed_state(batch, cut) == routed_state(batch, one_by_one)
+
+
+# ---- publishes read whole that the channel takes one frame at a time ---------------------
+
+def test_publishes_read_together_in_a_transaction_wait_for_the_commit():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    call(conn, 1, make(spec.Queue.Declare, queue="q"))
+    call(conn, 1, make(spec.Tx.Select))
+    conn.receive_data(b"".join(publish("q", b"m%d" % n) for n in range(3)))
+    queue = broker.vhosts["/"].queues["q"]
+    assert queue.message_count == 0
+    assert [type(m) for m in call(conn, 1, make(spec.Tx.Commit))] == [spec.Tx.CommitOk]
+    assert [entry.message.body for entry in queue.ready] == [b"m0", b"m1", b"m2"]
+
+
+def test_an_immediate_publish_read_whole_is_not_implemented():
+    conn = open_connection(Broker(BrokerConfig()))
+    data = (frames.method_frame(1, make(spec.Basic.Publish, routing_key="q", immediate=True))
+            + frames.frame(2, 1, frames.content_header(1, b"\x00\x00")) + frames.frame(3, 1, b"x"))
+    conn.receive_data(data)
+    close = methods(conn.data_to_send())[-1]
+    assert (type(close), close.reply_code) == (spec.Connection.Close, 540)
+
+
+def test_publishes_read_whole_on_a_channel_being_closed_are_dropped():
+    broker = Broker(BrokerConfig())
+    conn = open_connection(broker)
+    call(conn, 1, make(spec.Queue.Declare, queue="q"))
+    closed = call(conn, 1, make(spec.Queue.Declare, queue="missing", passive=True))
+    assert [(type(m), m.reply_code) for m in closed] == [(spec.Channel.Close, 404)]
+    conn.receive_data(b"".join(publish("q", b"x") for _ in range(3)))
+    assert methods(conn.data_to_send()) == []
+    assert broker.vhosts["/"].queues["q"].message_count == 0
+
+
+def test_publishes_read_whole_on_a_channel_never_opened_are_a_channel_error():
+    conn = open_connection(Broker(BrokerConfig()))
+    conn.receive_data(b"".join(publish("q", b"x", channel=5) for _ in range(3)))
+    close = methods(conn.data_to_send())[-1]
+    assert (type(close), close.reply_code) == (spec.Connection.Close, 504)

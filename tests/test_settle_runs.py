@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
+from amqp_server.protocol.connection import OPEN
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties
@@ -56,7 +58,7 @@ def state(broker, conn) -> tuple:
     queues = broker.vhosts["/"].queues
     # x-death's time is the second it happened: not part of the comparison.
     dead = [(entry.message.body, re.sub(rb"\x04timeT.{8}", b"", entry.message.header,
-                                        flags=re.S)) for entry in queues["dlq"].ready]
+                                        flags=re.DOTALL)) for entry in queues["dlq"].ready]
     back = sorted([entry.message.body for entry in queues["work"].ready]
                   + [record[1].message.body for record in conn.channels[1].unacked.values()])
     return dead, back, dict(queues["work"].stats["dead_lettered"])
@@ -100,3 +102,20 @@ def test_any_split_into_reads_gives_what_one_frame_at_a_time_gives(kinds, cuts):
         pos += cut
     conn.receive_data(data[pos:])
     assert state(broker, conn) == one_by_one
+
+
+def test_acks_read_together_on_a_channel_being_closed_are_dropped():
+    _, conn = set_up(3)
+    conn.receive_data(frames.method_frame(1, make(spec.Queue.Declare, queue="missing",
+                                                  passive=True)))
+    assert [m.reply_code for m in methods(conn.data_to_send())] == [404]
+    conn.receive_data(b"".join(frames.method_frame(1, SETTLES["ack"](tag)) for tag in (1, 2)))
+    assert methods(conn.data_to_send()) == []
+    assert conn.state == OPEN
+
+
+def test_acks_read_together_on_a_channel_never_opened_are_a_channel_error():
+    _, conn = set_up(3)
+    conn.receive_data(b"".join(frames.method_frame(7, SETTLES["ack"](tag)) for tag in (1, 2)))
+    close = methods(conn.data_to_send())[-1]
+    assert (type(close), close.reply_code) == (spec.Connection.Close, 504)

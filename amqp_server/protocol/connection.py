@@ -1,7 +1,9 @@
 """An AMQP 0-9-1 connection as a state machine: bytes in, bytes out.
 
-`receive_data` parses frames and acts on them; whatever the broker has to
-say accumulates in an output buffer that `data_to_send` drains.  Deliveries
+`receive_data` hands the bytes to the connection's `FrameReader`
+(`wire/reader.py`), which parses them and reports what they hold to the
+`on_*` methods below, which act on it.  Whatever the broker has to say
+accumulates in an output buffer that `data_to_send` drains.  Deliveries
 caused by other connections land in the same buffer and call the `wakeup`
 hook so the I/O shell knows to flush.  Nothing here touches a socket or a
 clock: the shell in `server.py` owns those and calls `heartbeat_tick`.
@@ -21,39 +23,28 @@ from itertools import repeat
 
 from pamqp import commands as spec
 
+from ..broker.message import Message
 from ..errors import (
-    AMQPError,
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     INTERNAL_ERROR,
     SYNTAX_ERROR,
-    UNEXPECTED_FRAME,
+    AMQPError,
     channel_error,
     command_invalid,
-    frame_error,
     not_allowed,
 )
 from ..wire import frames
 from ..wire.methods import MethodDecodeError, UnknownMethod, decode_method, make
-from ..wire.properties import scan_properties
+from ..wire.properties import Layout
+from ..wire.reader import FrameReader, PublishFields, publish_fields, settle_payload
 from ..wire.table import FieldTable, decode_table_body
-from ..broker.message import HEADER_PREFIX, Message
 from .channel import Channel
-from .repeats import following_publishes, repeated_publishes
 
 log = logging.getLogger("amqp_server.connection")
 
-_FRAME_HEADER = struct.Struct(">BHI")
-_PUBLISH_PREFIX = struct.Struct(">I")
-_ACK_BODY = struct.Struct(">QB")
-_BODY_SIZE = struct.Struct(">Q")
-_PUBLISH_INDEX = (60 << 16) | 40
-_ACK_INDEX = (60 << 16) | 80
-_REJECT_INDEX = (60 << 16) | 90
-_NACK_INDEX = (60 << 16) | 120
-_SETTLE_INDEXES = frozenset((_ACK_INDEX, _REJECT_INDEX, _NACK_INDEX))
-_TAG = struct.Struct(">Q")
+_PUBLISH_IDS = struct.pack(">HH", frames.BASIC_CLASS, 40)
 _MIN_FRAME_MAX = 4096
 # Deliveries stop being queued into the output buffer past this many bytes,
 # so a consumer without prefetch cannot pull a whole queue into memory.
@@ -110,7 +101,7 @@ class Connection:
         self.heartbeat = 0
         self.writable = True
         self.close_after_flush = False
-        self._leftover = b""
+        self._reader = FrameReader(self, self.frame_max, self.config.max_message_size)
         self._out: list[bytes] = []
         self._out_size = 0
         self._in_receive = False
@@ -120,10 +111,6 @@ class Connection:
         self._sent_since_tick = False
         self._silent_ticks = 0
         self.mechanism = ""
-        self._last_publish = b""
-        self._last_fields = None
-        self._last_header = b""
-        self._last_properties = b""
         self.publishing = False  # has published: a resource alarm blocks it
         self.login_refusal: bytes | None = None
         self.blocked = False
@@ -196,7 +183,7 @@ class Connection:
         self._received_since_tick = True
         self._in_receive = True
         try:
-            self._receive(data)
+            self._reader.read(data)
         except AMQPError as error:
             self.connection_error(error)
         except Exception:
@@ -206,228 +193,105 @@ class Connection:
         finally:
             self._in_receive = False
 
-    def _receive(self, data: bytes) -> None:
-        if self._leftover:
-            data = self._leftover + data
-            self._leftover = b""
-        if self.state == AWAIT_HEADER:
-            if len(data) < 8:
-                self._leftover = data
-                return
-            self._protocol_header(data[:8])
-            data = data[8:]
-            if self.state == CLOSED:
-                return
-        size_limit = self.frame_max
-        end_of_data = len(data)
-        pos = 0
-        unpack_header = _FRAME_HEADER.unpack_from
-        channels = self.channels
-        while end_of_data - pos >= 7:
-            frame_type, channel_number, size = unpack_header(data, pos)
-            if size > size_limit:
-                raise frame_error(
-                    f"type {frame_type}, frame of {size} octets exceeds frame_max "
-                    f"{size_limit}")
-            end = pos + 7 + size
-            if end >= end_of_data:
-                break
-            if data[end] != 0xCE:
-                raise frame_error(f"type {frame_type}, invalid frame end marker {data[end]}")
-            payload = data[pos + 7 : end]
-            pos = end + 1
-            if self.state == CLOSING:
-                self._while_closing(frame_type, channel_number, payload)
-                if self.state == CLOSED:
-                    return
-                continue
-            channel = channels.get(channel_number)
-            if frame_type == 1:
-                if len(payload) < 4:
-                    raise frame_error("method frame shorter than its ids")
-                (index,) = _PUBLISH_PREFIX.unpack_from(payload, 0)
-                if channel is not None and not channel.closing:
-                    # Hot path: publish and ack skip the generic decoder.
-                    if index == _PUBLISH_INDEX:
-                        fused_end = self._fused_publish(channel, payload, data, pos,
-                                                        end_of_data)
-                        if fused_end:
-                            pos = fused_end
-                        else:
-                            self._publish(channel, payload)
-                        continue
-                    if index in _SETTLE_INDEXES and size == 13:
-                        tag, bits = _ACK_BODY.unpack_from(payload, 4)
-                        if index == _ACK_INDEX and bits & 1:  # a multiple ack
-                            self._on_channel(channel, channel.ack, tag, True, ids=(60, 80))
-                            continue
-                        if not (index == _NACK_INDEX and bits & 1):
-                            # Single acks, rejects or nacks as clients send
-                            # them, one per delivery: those read back to back
-                            # with the same method and flags go in one step.
-                            head = data[pos - 21:pos - 10]
-                            tags = [tag]
-                            while (pos + 21 <= end_of_data and data[pos + 19] == bits
-                                   and data[pos + 20] == 0xCE and data.startswith(head, pos)):
-                                tags.append(_TAG.unpack_from(data, pos + 11)[0])
-                                pos += 21
-                            requeue = bool(bits & (1 if index == _REJECT_INDEX else 2))
-                            self._on_channel(channel, channel.settle_each, index & 0xFFFF,
-                                             tags, requeue)
-                            continue
-                self._method_frame(channel_number, channel, payload)
-            elif frame_type == 2 or frame_type == 3:
-                if channel_number == 0:
-                    raise AMQPError(UNEXPECTED_FRAME, "content frame on channel 0")
-                if channel is None:
-                    if channel_number in self.closing_channels:
-                        continue
-                    raise channel_error("expected 'channel.open'")
-                if channel.closing:
-                    continue
-                if frame_type == 2:
-                    self._on_channel(channel, channel.content_header, payload)
-                else:
-                    self._on_channel(channel, channel.content_body, payload)
-            elif frame_type == 8:
-                if channel_number != 0:
-                    raise AMQPError(UNEXPECTED_FRAME, "heartbeat frame on a non-zero channel")
-            else:
-                raise frame_error(f"unknown frame type {frame_type}")
-            if self.state == CLOSED:
-                return
-        if pos < end_of_data:
-            self._leftover = data[pos:]
+    # ---- what the reader reports (wire.reader.FrameHandler) --------------
 
-    def _publish(self, channel: Channel, payload: bytes) -> None:
-        fields = _publish_fields(payload)
-        if fields is None:
-            raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
-        exchange, routing_key, route, bits, _ = fields
+    def on_protocol_header(self, raw: bytes) -> None:
+        self._protocol_header(raw)
+
+    def on_heartbeat(self) -> None:
+        pass  # any read is a sign of life (receive_data)
+
+    def on_publish(self, number: int, fields: PublishFields, header: bytes,
+                   layout: Layout | None, body: bytes) -> None:
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
+            return
         self.publishing = True
-        self._on_channel(channel, channel.start_publish, exchange, routing_key, route,
-                         bool(bits & 1), bool(bits & 2), ids=(60, 40))
-
-    def block(self, reason: str) -> None:
-        """A resource alarm: tell the client (if it asked to know) that it is
-        blocked; the shell stops reading from it."""
-        self.blocked = True
-        if self.capabilities.get("connection.blocked") and self.state == OPEN:
-            self._send_method(0, make(spec.Connection.Blocked, reason=reason))
-
-    def unblock(self) -> None:
-        self.blocked = False
-        if self.capabilities.get("connection.blocked") and self.state == OPEN:
-            self._send_method(0, make(spec.Connection.Unblocked))
-
-    def _fused_publish(self, channel: Channel, payload: bytes, data: bytes, pos: int,
-                       end_of_data: int) -> int:
-        """The common case in one step: publish, header and a single body frame
-        all in this read, with the publishes right after it that repeat it
-        but for their bodies.
-        Returns where the next frame starts, or 0 to let the general path
-        (which also reports every error) handle it."""
-        self.publishing = True
-        if channel._publish is not None or channel.tx is not None:
-            return 0
-        if pos + 7 > end_of_data:
-            return 0
-        frame_type, number, size = _FRAME_HEADER.unpack_from(data, pos)
-        header_end = pos + 7 + size
-        if (frame_type != 2 or number != channel.number or size < 14
-                or header_end >= end_of_data or data[header_end] != 0xCE
-                or size > self.frame_max):
-            return 0
-        (body_size,) = _BODY_SIZE.unpack_from(data, pos + 11)
-        next_pos = header_end + 1
-        if body_size:
-            if next_pos + 7 > end_of_data:
-                return 0
-            frame_type, number, size = _FRAME_HEADER.unpack_from(data, next_pos)
-            body_end = next_pos + 7 + size
-            if (frame_type != 3 or number != channel.number or size != body_size
-                    or size > self.frame_max or body_end >= end_of_data
-                    or data[body_end] != 0xCE):
-                return 0
-            body = data[next_pos + 7 : body_end]
-            next_pos = body_end + 1
-        else:
-            body = b""
-        if payload == self._last_publish:
-            # Same exchange and key as the previous publish: share its
-            # strings, which also keeps queued messages small.
-            fields = self._last_fields
-        else:
-            fields = _publish_fields(payload)
-            self._last_publish = payload
-            self._last_fields = fields
-        if (fields is None or fields[3] & 2 or body_size > self.config.max_message_size
-                or data[pos + 7 : pos + 9] != b"\x00\x3c"):
-            return 0  # malformed, immediate, oversized or not class 60: the slow path says why
-        exchange, routing_key, route, bits, routing_keys = fields
-        header = data[pos + 7 : header_end]
-        layout = None  # where its headers and expiration are, once scanned
-        if header == self._last_header:
-            # Same properties as the previous publish: queued messages share
-            # one header object (about 50 bytes each for a deep queue), and
-            # they have been checked already.
-            header = self._last_header
-            repeating = True
-        else:
-            properties = header[HEADER_PREFIX:]
-            repeating = properties == self._last_properties  # another body size
-            if not repeating:
-                try:
-                    layout = scan_properties(header, HEADER_PREFIX)
-                except ValueError:
-                    return 0  # the slow path says what is wrong
-                self._last_properties = properties
-            self._last_header = header
-        message = Message(exchange, routing_key, route, header, body, routing_keys)
-        run = None
-        # The next frame repeats this basic.publish: a run.  Publishes that
-        # repeat the properties too are found by one comparison each.
-        if body_size and data.startswith(payload, next_pos + 7):
-            largest = min(self.frame_max, self.config.max_message_size)
-            start = pos - 8 - len(payload)
-            layouts = None
-            if repeating:
-                headers, bodies, next_pos = repeated_publishes(
-                    data, start, pos, header, next_pos, end_of_data, largest)
-            else:
-                headers, layouts, bodies, next_pos = following_publishes(
-                    data, data[start:pos], header, layout, next_pos, end_of_data,
-                    channel.number, largest)
-                if headers:
-                    self._last_header = headers[-1]
-                    self._last_properties = headers[-1][HEADER_PREFIX:]
-                    layouts.insert(0, layout)
-            if bodies:
-                run = [message, *map(Message, repeat(exchange), repeat(routing_key),
-                                     repeat(route), headers, bodies, repeat(routing_keys))]
+        if channel._publish is not None or channel.tx is not None or fields.immediate:
+            self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
+            return
         try:
-            if run is None:
-                channel.publish(message, bool(bits & 1), layout)
-            else:
-                channel.publish_run(run, bool(bits & 1), layouts)
+            channel.publish(Message(fields.exchange, fields.routing_key, fields.route, header,
+                                    body, fields.routing_keys), fields.mandatory, layout)
         except AMQPError as error:
             if error.closes_connection:
                 raise
             self.channel_error(channel, error.for_method(60, 40))
-        return next_pos
 
-    def _on_channel(self, channel: Channel, handler, *args, ids: tuple = (0, 0)) -> None:
-        """Run a channel's handler; its error closes the channel (or the
-        connection), naming the method `ids` when the error does not."""
+    def on_publish_run(self, number: int, fields: PublishFields, headers: list[bytes],
+                       layouts: list[Layout | None] | None, bodies: list[bytes]) -> None:
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
+            return
+        self.publishing = True
+        if channel._publish is not None or channel.tx is not None or fields.immediate:
+            self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
+            return
+        exchange, routing_key, route, mandatory, _, routing_keys, _ = fields
         try:
-            handler(*args)
+            channel.publish_run(list(map(Message, repeat(exchange), repeat(routing_key),
+                                         repeat(route), headers, bodies,
+                                         repeat(routing_keys))), mandatory, layouts)
         except AMQPError as error:
-            error.for_method(*ids)
             if error.closes_connection:
                 raise
-            self.channel_error(channel, error)
+            self.channel_error(channel, error.for_method(60, 40))
 
-    def _method_frame(self, number: int, channel: Channel | None, payload: bytes) -> None:
+    def _publishes_one_frame_at_a_time(self, number: int, fields: PublishFields,
+                                       headers, bodies) -> None:
+        """Publishes read whole that the channel must take as frames: it is
+        closed or unknown, within other content, in a transaction, or they
+        ask for `immediate` (refused, 540)."""
+        for header, body in zip(headers, bodies):
+            self.on_method(number, fields.method)
+            if self.state != CLOSED:
+                self.on_content_header(number, header)
+            if body and self.state != CLOSED:
+                self.on_content_body(number, body)
+            if self.state == CLOSED:
+                return
+
+    def on_settle(self, number: int, method_id: int, tags: list[int], multiple: bool,
+                  requeue: bool) -> None:
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            for tag in tags:
+                self.on_method(number, settle_payload(method_id, tag, multiple, requeue))
+                if self.state == CLOSED:
+                    return
+        elif multiple:
+            self._on_channel(channel, channel.ack, tags[0], True, ids=(60, 80))
+        else:
+            self._on_channel(channel, channel.settle_each, method_id, tags, requeue)
+
+    def on_content_header(self, number: int, payload: bytes) -> None:
+        channel = self.channels.get(number)
+        if channel is None:
+            if number in self.closing_channels:
+                return
+            raise channel_error("expected 'channel.open'")
+        if not channel.closing:
+            self._on_channel(channel, channel.content_header, payload)
+
+    def on_content_body(self, number: int, payload: bytes) -> None:
+        channel = self.channels.get(number)
+        if channel is None:
+            if number in self.closing_channels:
+                return
+            raise channel_error("expected 'channel.open'")
+        if not channel.closing:
+            self._on_channel(channel, channel.content_body, payload)
+
+    def on_method(self, number: int, payload: bytes) -> None:
+        if self.state == CLOSING:
+            self._while_closing(payload)
+            return
+        channel = self.channels.get(number)
+        if channel is not None and not channel.closing and payload.startswith(_PUBLISH_IDS):
+            self._publish(channel, payload)
+            return
         try:
             method = decode_method(payload)
         except UnknownMethod as exc:
@@ -471,6 +335,38 @@ class Connection:
                 raise
             self.channel_error(channel, error)
 
+    def _publish(self, channel: Channel, payload: bytes) -> None:
+        """basic.publish not read whole with its content."""
+        fields = publish_fields(payload)
+        if fields is None:
+            raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
+        self.publishing = True
+        self._on_channel(channel, channel.start_publish, fields.exchange, fields.routing_key,
+                         fields.route, fields.mandatory, fields.immediate, ids=(60, 40))
+
+    def block(self, reason: str) -> None:
+        """A resource alarm: tell the client (if it asked to know) that it is
+        blocked; the shell stops reading from it."""
+        self.blocked = True
+        if self.capabilities.get("connection.blocked") and self.state == OPEN:
+            self._send_method(0, make(spec.Connection.Blocked, reason=reason))
+
+    def unblock(self) -> None:
+        self.blocked = False
+        if self.capabilities.get("connection.blocked") and self.state == OPEN:
+            self._send_method(0, make(spec.Connection.Unblocked))
+
+    def _on_channel(self, channel: Channel, handler, *args, ids: tuple = (0, 0)) -> None:
+        """Run a channel's handler; its error closes the channel (or the
+        connection), naming the method `ids` when the error does not."""
+        try:
+            handler(*args)
+        except AMQPError as error:
+            error.for_method(*ids)
+            if error.closes_connection:
+                raise
+            self.channel_error(channel, error)
+
     def channel_error(self, channel: Channel, error: AMQPError) -> None:
         """Close one channel with a soft error; the connection carries on."""
         if self.channels.get(channel.number) is not channel:
@@ -491,13 +387,14 @@ class Connection:
             return
         self._release_all()
         self.state = CLOSING
+        self._reader.start_closing()
         self._send_method(0, make(
             spec.Connection.Close, reply_code=error.code, reply_text=error.reply_text,
             class_id=error.class_id, method_id=error.method_id))
 
-    def _while_closing(self, frame_type: int, channel: int, payload: bytes) -> None:
-        if frame_type != 1 or channel != 0:
-            return
+    def _while_closing(self, payload: bytes) -> None:
+        """A method on channel 0 after our connection.close (the reader
+        yields no other frame then)."""
         try:
             method = decode_method(payload)
         except MethodDecodeError:
@@ -606,6 +503,7 @@ class Connection:
                 reply_text=f"ACCESS_REFUSED - {text}"))
         self.login_refusal = refusal
         self.state = CLOSED
+        self._reader.stop()
 
     def _tune_ok(self, method) -> None:
         frame_max = method.frame_max
@@ -622,6 +520,7 @@ class Connection:
                 f"negotiated channel_max = {channel_max} is higher than the maximum "
                 f"allowed value ({self.config.channel_max})").for_method(10, 31)
         self.frame_max = frame_max
+        self._reader.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = AWAIT_OPEN
@@ -691,11 +590,13 @@ class Connection:
         if self.state != CLOSED:
             self._release_all()
         self.state = CLOSED
+        self._reader.stop()
         self.close_after_flush = True
 
     def connection_lost(self) -> None:
         self._release_all()
         self.state = CLOSED
+        self._reader.stop()
 
     def _release_all(self) -> None:
         channels = list(self.channels.values())
@@ -707,22 +608,6 @@ class Connection:
                 self.vhost.remove_queue(queue)
         self.exclusive_queues.clear()
         self.broker.connections.discard(self)
-
-
-def _publish_fields(payload: bytes) -> tuple[str, str, bytes, int, tuple] | None:
-    """basic.publish read by hand: (exchange, routing key, the two encoded
-    shortstrs as they stand, flag bits, the routing keys tuple), or None
-    when truncated."""
-    try:
-        # ticket (2 octets), exchange and routing key shortstrs, bits
-        ex_end = 7 + payload[6]
-        rk_end = ex_end + 1 + payload[ex_end]
-        bits = payload[rk_end]
-    except IndexError:
-        return None
-    routing_key = payload[ex_end + 1 : rk_end].decode("utf-8", "surrogateescape")
-    return (payload[7:ex_end].decode("utf-8", "surrogateescape"), routing_key,
-            payload[6:rk_end], bits, (routing_key,))
 
 
 def _ids(method) -> tuple[int, int]:

@@ -20,11 +20,12 @@ FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
 FRAME_END = 0xCE
 FRAME_END_BYTE = b"\xce"
-FRAME_HEADER_SIZE = 7
+FRAME_HEADER_SIZE = 7  # type, channel, payload size
 # Frame header plus frame-end octet: what a frame costs on top of its payload.
 FRAME_OVERHEAD = 8
+METHOD_IDS_SIZE = 4  # a method frame's payload starts with class and method ids
 # A content header's payload: class id (2), weight (2) and body size (8)
-# precede the property flags.
+# precede the property flags and values.
 CONTENT_HEADER_PREFIX = 12
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"

@@ -20,6 +20,7 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_NUMBERS = {"octet": _U8, "short": _U16, "long": _U32, "longlong": _U64, "timestamp": _U64}
 
 
 class MethodDecodeError(ValueError):
@@ -43,12 +44,26 @@ SPEC: dict[int, tuple[type, tuple[tuple[str, str], ...]]] = {
 }
 
 
+# decode_method's view of each method's fields: (name, kind, unpack, size),
+# with `unpack` and `size` set for numbers.
+_NUMBER, _BIT, _SHORTSTR, _LONGSTR, _TABLE = range(5)
+_KINDS = {"bit": _BIT, "shortstr": _SHORTSTR, "longstr": _LONGSTR, "table": _TABLE}
+_DECODING = {
+    index: (cls, tuple(
+        (name, _NUMBER, _NUMBERS[kind].unpack_from, _NUMBERS[kind].size) if kind in _NUMBERS
+        else (name, _KINDS[kind], None, 0) for name, kind in fields))
+    for index, (cls, fields) in SPEC.items()
+}
+
+
 def decode_method(payload: bytes | memoryview) -> object:
-    """Decode a method frame payload into an instance of pamqp's class."""
+    """Decode a method frame payload into an instance of pamqp's class.
+    Every length is held against the end of the payload before what it
+    covers is read."""
     if len(payload) < 4:
         raise MethodDecodeError("method frame shorter than its ids")
     (index,) = _U32.unpack_from(payload, 0)
-    entry = SPEC.get(index)
+    entry = _DECODING.get(index)
     if entry is None:
         raise UnknownMethod(index >> 16, index & 0xFFFF)
     cls, fields = entry
@@ -58,53 +73,52 @@ def decode_method(payload: bytes | memoryview) -> object:
     end = len(data)
     bit_byte = 0
     bit_pos = 8  # 8 means "no bit octet loaded"
-    try:
-        for name, kind in fields:
-            if kind == "bit":
-                if bit_pos == 8:
-                    bit_byte = data[offset]
-                    offset += 1
-                    bit_pos = 0
-                setattr(method, name, bool(bit_byte & (1 << bit_pos)))
-                bit_pos += 1
-                continue
-            bit_pos = 8
-            if kind == "shortstr":
-                length = data[offset]
+    for name, kind, unpack, size in fields:
+        if kind == _BIT:
+            if bit_pos == 8:
+                if offset >= end:
+                    raise _truncated(cls, name)
+                bit_byte = data[offset]
                 offset += 1
-                if offset + length > end:
-                    raise MethodDecodeError("short string exceeds frame")
-                value = data[offset : offset + length].decode("utf-8", "surrogateescape")
-                offset += length
-            elif kind == "octet":
-                value = data[offset]
-                offset += 1
-            elif kind == "short":
-                (value,) = _U16.unpack_from(data, offset)
-                offset += 2
-            elif kind == "long":
-                (value,) = _U32.unpack_from(data, offset)
-                offset += 4
-            elif kind in ("longlong", "timestamp"):
-                (value,) = _U64.unpack_from(data, offset)
-                offset += 8
-            elif kind == "longstr":
-                (length,) = _U32.unpack_from(data, offset)
-                offset += 4
-                if offset + length > end:
-                    raise MethodDecodeError("long string exceeds frame")
-                value = data[offset : offset + length]
-                offset += length
-            elif kind == "table":
+                bit_pos = 0
+            setattr(method, name, bool(bit_byte & (1 << bit_pos)))
+            bit_pos += 1
+            continue
+        bit_pos = 8
+        if kind == _NUMBER:
+            if offset + size > end:
+                raise _truncated(cls, name)
+            (value,) = unpack(data, offset)
+            offset += size
+        elif kind == _SHORTSTR:
+            if offset >= end:
+                raise _truncated(cls, name)
+            length = data[offset]
+            offset += 1
+            if offset + length > end:
+                raise MethodDecodeError("short string exceeds frame")
+            value = data[offset:offset + length].decode("utf-8", "surrogateescape")
+            offset += length
+        elif kind == _LONGSTR:
+            if offset + 4 > end:
+                raise _truncated(cls, name)
+            (length,) = _U32.unpack_from(data, offset)
+            offset += 4
+            if offset + length > end:
+                raise MethodDecodeError("long string exceeds frame")
+            value = data[offset:offset + length]
+            offset += length
+        else:
+            try:
                 value, offset = decode_table(data, offset)
-            else:  # pragma: no cover - the spec has no other types
-                raise MethodDecodeError(f"unsupported field type {kind}")
-            setattr(method, name, value)
-    except (IndexError, struct.error, ValueError) as exc:
-        if isinstance(exc, MethodDecodeError):
-            raise
-        raise MethodDecodeError(f"malformed {cls.name}: {exc}") from exc
+            except ValueError as exc:
+                raise MethodDecodeError(f"malformed {cls.name}: {exc}") from None
+        setattr(method, name, value)
     return method
+
+
+def _truncated(cls: type, name: str) -> MethodDecodeError:
+    return MethodDecodeError(f"malformed {cls.name}: {name} exceeds frame")
 
 
 def encode_method(method: object) -> bytes:

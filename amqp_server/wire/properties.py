@@ -94,60 +94,105 @@ def decode_properties(raw: bytes) -> Properties:
     class, weight and body size)."""
     flags, offset = _property_flags(raw)
     props = Properties()
-    try:
-        for name, kind in _present(flags):
-            if kind == "shortstr":
-                length = raw[offset]
-                offset += 1
-                if offset + length > len(raw):
-                    raise ValueError(f"property {name} exceeds header")
-                value: object = raw[offset : offset + length].decode("utf-8", "surrogateescape")
-                offset += length
-            elif kind == "octet":
-                value = raw[offset]
-                offset += 1
-            elif kind == "timestamp":
-                value = Timestamp(_U64.unpack_from(raw, offset)[0])
-                offset += 8
-            else:
-                value, offset = decode_table(raw, offset)
-            setattr(props, name, value)
-    except (IndexError, struct.error) as exc:
-        raise ValueError(f"content header properties malformed: {exc}") from exc
+    end = len(raw)
+    for name, kind in _present(flags):
+        if kind == "shortstr":
+            if offset >= end:
+                raise ValueError(f"property {name} exceeds header")
+            length = raw[offset]
+            offset += 1
+            if offset + length > end:
+                raise ValueError(f"property {name} exceeds header")
+            value: object = raw[offset : offset + length].decode("utf-8", "surrogateescape")
+            offset += length
+        elif kind == "octet":
+            if offset >= end:
+                raise ValueError(f"property {name} exceeds header")
+            value = raw[offset]
+            offset += 1
+        elif kind == "timestamp":
+            if offset + 8 > end:
+                raise ValueError(f"property {name} exceeds header")
+            value = Timestamp(_U64.unpack_from(raw, offset)[0])
+            offset += 8
+        else:
+            value, offset = decode_table(raw, offset)
+        setattr(props, name, value)
     return props
 
 
 _SIZES = {"octet": 1, "timestamp": 8}
 
 
-def scan_properties(header: bytes, offset: int) -> "Layout | None":
+def scan_properties(header: bytes, offset: int) -> Layout | None:
     """What a publish must pass before the broker keeps its content header
     undecoded: every property the flags announce fits, and the headers
     table is well formed (checked, not decoded).  Returns where the headers
     table and the expiration are (as `locate`), or None for a header with
     continuation flags, which no client sends (then checked by decoding).
     Raises ValueError otherwise."""
-    try:
-        layout = locate(header, offset)
-        if layout is None:
-            decode_properties(header[offset:])
-            return None
-        flags, h_start, h_end, _, pos = layout
-        # The properties after expiration, by hand as in `locate`.
-        if flags & 0x0080:  # message-id
-            pos += 1 + header[pos]
-        if flags & 0x0040:  # timestamp
-            pos += 8
-        for bit in (0x0020, 0x0010, 0x0008, 0x0004):  # type, user-id, app-id, cluster-id
+    # `locate`'s walk, carried on to the last property: written out here
+    # rather than called, as this runs for every publish whose properties
+    # differ from the one before.  Each length is read only where the
+    # header still holds it; one that runs past the end shows at the next
+    # read or at the last check.
+    end = len(header)
+    if offset + 2 > end:
+        raise ValueError(_TRUNCATED)
+    (flags,) = _U16.unpack_from(header, offset)
+    if flags & 1:
+        decode_properties(header[offset:])
+        return None
+    pos = offset + 2
+    if flags & 0x8000:  # content-type
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    if flags & 0x4000:  # content-encoding
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    h_start = pos
+    if flags & _HEADERS_BIT:
+        if pos + 4 > end:
+            raise ValueError(_TRUNCATED)
+        pos += 4 + _U32.unpack_from(header, pos)[0]
+    h_end = pos
+    if flags & 0x1000:  # delivery-mode
+        pos += 1
+    if flags & 0x0800:  # priority
+        pos += 1
+    if flags & 0x0400:  # correlation-id
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    if flags & 0x0200:  # reply-to
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    e_start = pos
+    if flags & _EXPIRATION_BIT:
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    e_end = pos
+    if flags & 0x0080:  # message-id
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
+        pos += 1 + header[pos]
+    if flags & 0x0040:  # timestamp
+        pos += 8
+    if flags & 0x003C:  # type, user-id, app-id, cluster-id
+        for bit in (0x0020, 0x0010, 0x0008, 0x0004):
             if flags & bit:
+                if pos >= end:
+                    raise ValueError(_TRUNCATED)
                 pos += 1 + header[pos]
-    except (IndexError, struct.error):
-        raise ValueError("content header properties truncated") from None
-    if pos > len(header):
-        raise ValueError("content header properties truncated")
+    if pos > end:
+        raise ValueError(_TRUNCATED)
     if h_end > h_start:
         check_table_body(header, h_start + 4, h_end)
-    return layout
+    return Layout((flags, h_start, h_end, e_start, e_end))
 
 
 def encode_properties(props: Properties, raw_headers: bytes | None = None) -> bytes:
@@ -180,6 +225,7 @@ def encode_properties(props: Properties, raw_headers: bytes | None = None) -> by
 
 _HEADERS_BIT = 1 << 13
 _EXPIRATION_BIT = 1 << 8
+_TRUNCATED = "content header properties truncated"
 
 
 class Layout(tuple):
@@ -194,19 +240,31 @@ class Layout(tuple):
 def locate(header: bytes, offset: int) -> Layout | None:
     """Find the headers table and expiration without decoding anything.
     `offset` is where the property flags start.  None when the header uses
-    continuation flags (the caller then decodes it).  Runs once per dead
-    letter, so it is written out by hand: only the first eight properties
-    (up to expiration) matter."""
+    continuation flags (the caller then decodes it); ValueError when a
+    length runs past the header.  Runs when a message is inspected and
+    once per dead letter, so it is written out by hand: only the first
+    eight properties (up to expiration) matter."""
+    end = len(header)
+    if offset + 2 > end:
+        raise ValueError(_TRUNCATED)
     (flags,) = _U16.unpack_from(header, offset)
     if flags & 1:
         return None
+    # Each length is read only where the header still holds it; a length
+    # that runs past the end shows at the next read, or at the last check.
     pos = offset + 2
     if flags & 0x8000:  # content-type
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
         pos += 1 + header[pos]
     if flags & 0x4000:  # content-encoding
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
         pos += 1 + header[pos]
     h_start = pos
     if flags & _HEADERS_BIT:
+        if pos + 4 > end:
+            raise ValueError(_TRUNCATED)
         pos += 4 + _U32.unpack_from(header, pos)[0]
     h_end = pos
     if flags & 0x1000:  # delivery-mode
@@ -214,14 +272,20 @@ def locate(header: bytes, offset: int) -> Layout | None:
     if flags & 0x0800:  # priority
         pos += 1
     if flags & 0x0400:  # correlation-id
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
         pos += 1 + header[pos]
     if flags & 0x0200:  # reply-to
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
         pos += 1 + header[pos]
     e_start = pos
     if flags & _EXPIRATION_BIT:
+        if pos >= end:
+            raise ValueError(_TRUNCATED)
         pos += 1 + header[pos]
-    if pos > len(header):
-        raise ValueError("content header properties truncated")
+    if pos > end:
+        raise ValueError(_TRUNCATED)
     return Layout((flags, h_start, h_end, e_start, pos))
 
 

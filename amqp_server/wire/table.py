@@ -187,7 +187,9 @@ _LENGTH_PREFIXED = frozenset((0x53, 0x78, 0x46, 0x41))  # S, x, F, A
 
 def _skip_value(data: bytes, offset: int, end: int) -> int:
     """Where the value at `offset` ends; nested tables and arrays are
-    checked too, so what passes is what the decoder would accept."""
+    checked too, so what passes is what the decoder would accept.  Every
+    length is held against `end`, the end of the table or array that
+    holds the value, before anything it covers is read."""
     if offset >= end:
         raise ValueError("field value truncated")
     tag = data[offset]
@@ -198,12 +200,15 @@ def _skip_value(data: bytes, offset: int, end: int) -> int:
             raise ValueError(f"unknown field type {chr(tag)!r}")
         (size,) = _read(_U32, data, offset, end)
         offset += 4
+        if offset + size > end:
+            raise ValueError("field value exceeds table")
         if tag == 0x46:
             check_table_body(data, offset, offset + size)
         elif tag == 0x41:
             inner, inner_end = offset, offset + size
             while inner < inner_end:
                 inner = _skip_value(data, inner, inner_end)
+        return offset + size
     offset += size
     if offset > end:
         raise ValueError("field value exceeds table")
@@ -216,8 +221,9 @@ def check_table_body(data: bytes, offset: int, end: int) -> None:
     if end > len(data):
         raise ValueError("table length exceeds data")
     while offset < end:
-        offset += 1 + data[offset]
-        offset = _skip_value(data, offset, end)
+        # A key's length octet is inside the table; where the key ends,
+        # `_skip_value` holds against `end` before it reads the tag.
+        offset = _skip_value(data, offset + 1 + data[offset], end)
 
 
 def split_table(data: bytes, offset: int, end: int,
@@ -238,7 +244,7 @@ def infer_type(value: object) -> str:
     """The type RabbitMQ would give a value it encodes itself."""
     if isinstance(value, bool):
         return "bool"
-    if isinstance(value, Timestamp) or isinstance(value, datetime.datetime):
+    if isinstance(value, (Timestamp, datetime.datetime)):
         return "timestamp"
     if isinstance(value, int):
         return "signedint" if -(2**31) <= value < 2**31 else "long"
