@@ -18,10 +18,12 @@ without consumers, a store, timers or an event loop.
 - `Unused()`: nobody used the queue for its x-expires: the virtual host
   deletes it.
 
-The hot paths (publish to a plain queue, batches to one consumer) hand
-their deliveries over without building a `Deliver` first; they do what
-carrying one out does, after their decision (test_queue_parts.py checks
-them against the general path)."""
+The hot paths carry out what they decided without building the effect
+first, through the same functions `carry_out` uses: a publish to a plain
+queue, a run, and batches to one consumer hand their deliveries over
+(`Queue._hand_over`; test_queue_parts.py checks them against the general
+path), and a TTL queue re-arms its timer after each publish
+(`Queue._arm`)."""
 
 from __future__ import annotations
 
