@@ -255,7 +255,7 @@ def test_transient_messages_page_only_under_memory_pressure(tmp_path):
     assert (len(queue.ready), queue.paged_count) == (5, 45)
     fill(queue, [b"new"], message)
     broker.set_paging_pressure(False)
-    assert queue.transient_page_limit > 1 << 40 and queue.page_limit == THRESHOLD
+    assert queue.pager.transient_limit > 1 << 40 and queue.pager.limit == THRESHOLD
     assert drain(queue) == names("m", 50) + [b"new"]
     assert queue.paged_count == 0
 

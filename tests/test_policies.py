@@ -316,12 +316,12 @@ def test_arguments_only_settings_are_read_from_the_table():
 def test_a_lazy_policy_caps_what_a_live_queue_keeps_in_memory():
     from amqp_server.broker.queue.paging import LAZY_BYTES, LAZY_MESSAGES
     broker, _vhost, queue = _broker_with_queue()
-    unlimited = queue.in_memory_cap
+    unlimited = queue.pager.cap
     broker.set_policy("/", "lazy", "^work$", {"queue-mode": "lazy"})
     assert queue.settings.queue_mode == "lazy"
-    assert queue.in_memory_cap == (LAZY_MESSAGES, LAZY_BYTES)
+    assert queue.pager.cap == (LAZY_MESSAGES, LAZY_BYTES)
     broker.clear_policy("/", "lazy")
-    assert queue.in_memory_cap == unlimited
+    assert queue.pager.cap == unlimited
 
 
 def test_an_in_memory_policy_caps_a_quorum_queue():
@@ -330,7 +330,7 @@ def test_an_in_memory_policy_caps_a_quorum_queue():
         "qq", None, durable=True, arguments=FieldTable({"x-queue-type": "quorum"}))
     broker.set_policy("/", "cap", ".*", {"max-in-memory-length": 0,
                                          "max-in-memory-bytes": 4096})
-    assert queue.in_memory_cap == (1, 4096)  # at least one message stays in memory
+    assert queue.pager.cap == (1, 4096)  # at least one message stays in memory
 
 
 def test_the_effective_definition_merges_as_rabbit_policy_does():

@@ -1,5 +1,5 @@
 """Queues and a virtual host dead-lettering without any socket: expiry with
-an explicit clock, the reaper behind a stuck head, limits, counters and
+a fake clock, the reaper behind a stuck head, limits, counters and
 at-least-once holding."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import random
 import pytest
 
 from amqp_server.broker.message import Message
-from amqp_server.broker.timers import now_ms
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.errors import AMQPError
 from amqp_server.wire.frames import content_header
@@ -30,9 +29,28 @@ def publish(vhost: VirtualHost, msg: Message) -> list:
     return [queue.enqueue(msg) for queue in queues]
 
 
+class FakeClock:
+    """Wall-clock milliseconds that move only when a test says so."""
+
+    def __init__(self, now: float = 1_700_000_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, ms: float) -> float:
+        self.now += ms
+        return self.now
+
+
 @pytest.fixture
-def vhost():
-    host = VirtualHost("/")
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def vhost(clock):
+    host = VirtualHost("/", clock=clock)
     host.declare_queue("dlq", None)
     return host
 
@@ -47,12 +65,12 @@ def bodies(queue):
     return [entry.message.body for entry in queue.ready]
 
 
-def test_reaper_expires_messages_behind_a_stuck_head(vhost):
+def test_reaper_expires_messages_behind_a_stuck_head(vhost, clock):
     q = declare(vhost, "q", x_dead_letter_exchange="", x_dead_letter_routing_key="dlq")
     publish(vhost, message("q", b"forever"))
     publish(vhost, message("q", b"short", expiration="10"))
     publish(vhost, message("q", b"long", expiration="100000"))
-    later = now_ms() + 50
+    later = clock.advance(50)
     assert q.expire(later) == 0          # the head never expires: RabbitMQ stops here
     assert q.sweep(later) == 1           # the reaper does not
     assert bodies(q) == [b"forever", b"long"]
@@ -62,12 +80,13 @@ def test_reaper_expires_messages_behind_a_stuck_head(vhost):
     assert q.ready_bytes == len(b"forever") + len(b"long")
 
 
-def test_queue_ttl_expires_at_head(vhost):
+def test_queue_ttl_expires_at_head(vhost, clock):
     q = declare(vhost, "q", x_message_ttl=1000, x_dead_letter_exchange="",
                 x_dead_letter_routing_key="dlq")
     publish(vhost, message("q", b"a"))
     publish(vhost, message("q", b"b", expiration="5000"))
-    assert q.expire(now_ms() + 2000) == 2  # the lower TTL applies to both
+    assert q.expire(clock.advance(999)) == 0
+    assert q.expire(clock.advance(1)) == 2  # the lower TTL applies to both
     dead = vhost.queues["dlq"].ready[1].message
     assert dead.properties.expiration is None
     assert dead.properties.headers["x-death"][0]["original-expiration"] == "5000"
@@ -130,21 +149,21 @@ def test_quorum_declare_rules(vhost):
     assert "invalid property 'exclusive-owner'" in info.value.explanation
 
 
-def test_at_least_once_holds_until_a_target_exists(vhost):
+def test_at_least_once_holds_until_a_target_exists(vhost, clock):
     q = declare(vhost, "qq", x_queue_type="quorum", x_dead_letter_exchange="later",
                 x_dead_letter_strategy="at-least-once", x_overflow="reject-publish",
                 x_max_length=2)
     publish(vhost, message("qq", b"held"))
     q.reject([q.take_one()])
-    assert [m.body for m, _ in q.dlx_pending] == [b"held"]
+    assert [(m.body, reason) for m, reason in q.redelivery.held] == [(b"held", "rejected")]
     # Held dead letters count toward the limit, as in rabbit_fifo.
     publish(vhost, message("qq", b"one"))
     assert publish(vhost, message("qq", b"two")) == ["rejected"]
     vhost.declare_exchange("later", "fanout")
     target = vhost.declare_queue("target", None)
     vhost.bind("later", target, "", None)
-    q.sweep(now_ms())
-    assert not q.dlx_pending
+    q.sweep(clock())
+    assert not q.held_count
     assert bodies(target) == [b"held"]
     assert q.stats["dead_lettered"]["rejected"] == 1
 
@@ -206,18 +225,18 @@ def deliver_all(queue):
     return entries
 
 
-def test_delayed_messages_wait_while_others_flow(vhost):
+def test_delayed_messages_wait_while_others_flow(vhost, clock):
     q = declare(vhost, "q", x_redelivery_delay=1000)
     for body in (b"a", b"b"):
         publish(vhost, message("q", body))
     first = q.take_one()
     q.requeue([first])
-    assert [e.message.body for e in q.waiting] == [b"a"]
+    assert [e.message.body for e in q.delayed] == [b"a"]
     assert q.take_one().message.body == b"b"      # not held up behind "a"
     assert q.take_one() is None
-    due = q.scheduled[0][0]
-    assert q.redeliver_due(due - 1) == 0
-    assert q.redeliver_due(due) == 1
+    assert q.redelivery.next_due == clock() + 1000
+    assert q.redeliver_due(clock.advance(999)) == 0
+    assert q.redeliver_due(clock.advance(1)) == 1
     again = q.take_one()
     assert again.message.body == b"a" and again.redelivered and again.returns == 1
 
@@ -234,12 +253,12 @@ def test_attempts_dead_letter_with_reason_delivery_limit(vhost):
     assert q.stats["dead_lettered"]["delivery_limit"] == 1
 
 
-def test_expired_while_waiting_dies_at_the_next_sweep(vhost):
+def test_expired_while_waiting_dies_at_the_next_sweep(vhost, clock):
     q = declare(vhost, "q", x_redelivery_delay=60_000, x_dead_letter_exchange="",
                 x_dead_letter_routing_key="dlq")
     publish(vhost, message("q", b"short", expiration="50"))
     q.requeue(deliver_all(q))
-    assert q.sweep(now_ms() + 100) == 0 and not q.scheduled
+    assert q.sweep(clock.advance(100)) == 0 and not q.delayed_count
     assert vhost.queues["dlq"].take_one().message.body == b"short"
 
 
@@ -247,15 +266,14 @@ def test_purge_and_delete_take_waiting_messages_too(vhost):
     q = declare(vhost, "q", x_redelivery_delay=60_000)
     publish(vhost, message("q", b"m"))
     q.requeue(deliver_all(q))
-    assert q.purge() == 1 and not q.scheduled
+    assert q.purge() == 1 and not q.delayed_count
 
 
-def test_seeded_jitter_is_reproducible(vhost):
+def test_seeded_jitter_is_reproducible(clock):
+    vhost = VirtualHost("/", clock=clock, rng=random.Random(7))
     q = declare(vhost, "q", x_redelivery_delay=1000, x_redelivery_collision_avoidance_factor=1)
     publish(vhost, message("q", b"m"))
-    q.rng.seed(7)
-    before = now_ms()
     q.requeue(deliver_all(q))
     expected = redelivery_delay(1, 1000, 1.0, None, 1.0, random.Random(7))
     assert expected != 1000
-    assert abs((q.scheduled[0][0] - before) - expected) < 50
+    assert q.redelivery.next_due == clock() + expected

@@ -243,7 +243,7 @@ def test_delivery_counts_and_delays_are_recovered_in_order(tmp_path):
 
     again, _ = open_broker(tmp_path)
     restored = again.vhosts["/"].queues["q"]
-    assert [e.message.body for e in restored.waiting] == [b"waits"]
+    assert [e.message.body for e in restored.delayed] == [b"waits"]
     (ready,) = restored.ready
     assert (ready.message.body, ready.returns, ready.redelivered) == (b"counted", 3, True)
 

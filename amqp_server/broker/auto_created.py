@@ -54,7 +54,7 @@ class AutoCreatedQueues:
             return False
         now = now_ms() if now is None else now
         gone_at = queue.consumers_gone_at
-        messages = queue.message_count + queue.unacked + len(queue.scheduled)
+        messages = queue.message_count + queue.unacked + queue.delayed_count
         if not auto_created_queue_unused(queue.settings, len(queue.consumers), messages,
                                          None if gone_at is None else now - gone_at):
             return False

@@ -25,7 +25,6 @@ from ..wire.frames import shortstr
 from . import definitions
 from .message import Entry, Message
 from .permissions import Permission
-from .timers import now_ms
 from .users import User
 
 if TYPE_CHECKING:
@@ -158,7 +157,6 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
     problems = []
     store = broker.store
     routes: dict[tuple[str, str], tuple] = {}
-    now = now_ms()
     headers: dict[bytes, bytes] = {}
     for (vhost_name, queue_name), stored in recovered.queues.items():
         if not stored:
@@ -171,6 +169,7 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
                             f"'{queue_name}' in vhost '{vhost_name}' dropped")
             store.drop_below(vhost_name, queue_name, stored[-1].seq + 1, stored)
             continue
+        now = vhost.clock()
         # Paging starts only after the newest delayed message, so nothing
         # held in memory is newer than a paged one.
         late = max((item.seq for item in stored if item.due is not None and item.due > now),
@@ -179,8 +178,6 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
             if item.seq > late and queue.pages_next():
                 queue.page_stored(stored[index:])  # all the rest: nothing overtakes them
                 break
-            if item.deadline is not None:
-                queue.saw_message_ttl = True
             (_, _, _, seq, exchange, routing_key, header, body, keys, bcc,
              deadline) = item.record()
             # Messages routed alike share their route and header objects,
@@ -202,14 +199,8 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
             entry.returns = item.deliveries
             entry.deadline = deadline
             entry.segment = item.segment
-            if entry.returns and queue.is_quorum:
-                entry.message = message.with_delivery_count(entry.returns)
-            if item.due is not None and item.due > now:
-                queue.hold_until(entry, item.due)
-                continue
-            queue.ready.append(entry)
-            queue.ready_bytes += len(body)
-        queue.next_seq = max(queue.next_seq, stored[-1].seq + 1)
+            queue.restore(entry, item.due if item.due is not None and item.due > now else None)
+        queue.restored_up_to(stored[-1].seq)
         log.info("recovered %d messages into queue '%s' in vhost '%s'", len(stored),
                  queue_name, vhost_name)
     return problems

@@ -22,7 +22,7 @@ from .access_control import AccessControl, Grant
 from .counters import Counters
 from .direct_reply import DirectReplies
 from .permissions import NO_ACCESS, Permission
-from .timers import Timers, now_ms
+from .timers import Timers
 from .users import User
 from .vhost import VirtualHost
 
@@ -211,13 +211,12 @@ class Broker:
     def sweep(self, now: float | None = None) -> int:
         """The expiry reaper: expired messages anywhere in any queue die now,
         held at-least-once dead letters are retried.  Returns how many expired."""
-        now = now_ms() if now is None else now
         count = 0
         for vhost in list(self.vhosts.values()):
+            at = vhost.clock() if now is None else now
             for queue in list(vhost.queues.values()):
-                if (not queue.plain or queue.saw_message_ttl or queue.dlx_pending
-                        or queue.scheduled):
-                    count += queue.sweep(now)
+                if queue.needs_sweep:
+                    count += queue.sweep(at)
         return count
 
     def scan_auto_created(self) -> int:

@@ -19,12 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import time
 from functools import partial
 from typing import NamedTuple
 
-from dlx.addresses import ACTUAL_EXPIRY, ORIG_ADDRESS, ORIG_QUEUE, copy_headers, \
-    death_target, original_address
+from dlx.addresses import (
+    ACTUAL_EXPIRY,
+    ORIG_ADDRESS,
+    ORIG_QUEUE,
+    copy_headers,
+    death_target,
+    original_address,
+)
 from dlx.dead_letter import (
     CYCLE,
     DLX_MISSING,
@@ -83,10 +88,14 @@ class DeadLetterer:
         self._logged_cycles: set[tuple[str, ...]] = set()
         self.log = None  # the DeadLetterLog, once the broker has a data directory
 
-    def dead_letter(self, queue, messages: list[Message], reason: str) -> None:
+    def dead_letter(self, queue, messages: list[Message], reason: str) -> list:
+        """Dead-letter `messages` that died in `queue` for `reason`; returns
+        the (message, reason) no target took that an at-least-once queue
+        holds until one does (the reaper retries them)."""
         settings = queue.settings
         stats = queue.stats
-        now = time.time()
+        now = self.vhost.clock() / 1000.0  # seconds, as x-death's time
+        held = []
         target = death_target(reason, queue.name, settings)
         plans: dict = {}
         plan_heads: dict = {}  # plan -> log line head, for the usual outcome
@@ -124,7 +133,7 @@ class DeadLetterer:
                 republished += 1
             elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
                 # Kept until a target takes it; the reaper retries (logged then).
-                queue.hold_dead_letter(message, reason)
+                held.append((message, reason))
                 continue
             else:
                 stats["dropped"][(cause, reason)] += 1
@@ -139,6 +148,7 @@ class DeadLetterer:
                 self.log.record(head, message.header, message.body)
         if republished:
             stats["dead_lettered"][reason] += republished
+        return held
 
     @staticmethod
     def _copy(plan: Plan, message: Message, layout, own: bytes) -> Message:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import os
+import random
+from collections.abc import Callable
 
 from dlx.addresses import address_filter, per_address_queue, qpid_names
 from policies.address_settings import AddressSettings
@@ -43,7 +45,7 @@ from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .dead_letterer import DeadLetterer
 from .queue import Queue
-from .timers import Timers
+from .timers import Timers, now_ms
 
 # rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
 # compared when a queue is declared again.
@@ -123,9 +125,14 @@ def assert_args_equivalent(current: FieldTable, requested: FieldTable,
 class VirtualHost:
     def __init__(self, name: str, timers: Timers | None = None,
                  policies: PolicyStore | None = None, policy_wins: bool = False,
-                 address_settings: AddressSettings | None = None) -> None:
+                 address_settings: AddressSettings | None = None,
+                 clock: Callable[[], float] = now_ms, rng: random.Random | None = None) -> None:
         self.name = name
         self.timers = timers or Timers()
+        # The clock (wall-clock ms) and the random source its queues and
+        # dead-lettering read; tests pass fakes.
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random()
         self.policies = policies or PolicyStore()
         self.policy_wins = policy_wins
         self.address_settings = address_settings or AddressSettings()
@@ -299,7 +306,8 @@ class VirtualHost:
                     raise precondition_failed(f"invalid property '{prop}' for {what}")
         queue = Queue(self.name, name, durable and not exclusive,
                       owner if exclusive else None, auto_delete, arguments,
-                      self._queue_settings(name, queue_type, arguments), self.timers)
+                      self._queue_settings(name, queue_type, arguments), self.timers,
+                      self.clock, self.rng)
         queue.dead_letter_sink = self.dead_letter
         queue.on_unused = self.remove_queue
         if self.paging is not None:
@@ -473,5 +481,7 @@ class VirtualHost:
 
     # ---- dead-lettering ------------------------------------------------
 
-    def dead_letter(self, queue: Queue, messages: list[Message], reason: str) -> None:
-        self.dead_letterer.dead_letter(queue, messages, reason)
+    def dead_letter(self, queue: Queue, messages: list[Message], reason: str) -> list:
+        """A queue's DeadLetter effect, carried out; returns the (message,
+        reason) no target took, which the queue holds (at-least-once)."""
+        return self.dead_letterer.dead_letter(queue, messages, reason)

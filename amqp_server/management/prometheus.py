@@ -96,7 +96,7 @@ def queue_coarse_metrics(broker, vhost=None) -> list[Metric]:
          "Messages delivered to consumers but not yet acknowledged", each(lambda q: q.unacked)),
         ("queue_messages", "gauge",
          "Sum of ready and unacknowledged messages - total queue depth",
-         each(lambda q: q.message_count + q.unacked + len(q.scheduled))),
+         each(lambda q: q.message_count + q.unacked + q.delayed_count)),
     ]
 
 
@@ -377,7 +377,7 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
                        for (cause, reason), count in queue.stats["dropped"].items())
         expired.append((base, counters["expired"]))
         held.append((base, counters["dead_letter_held"]))
-        delayed.append((base, len(queue.scheduled)))
+        delayed.append((base, queue.delayed_count))
     return [
         ("queue_messages_dead_lettered_total", "counter",
          "Messages dead-lettered, by reason", dead),

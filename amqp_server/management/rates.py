@@ -93,7 +93,7 @@ def queue_reading(queue) -> tuple:
     ready, unacked = queue.message_count, queue.unacked
     return (queue.published, queue.delivered, queue.acked,
             *(dead.get(reason, 0) for reason in REASONS),
-            ready + unacked + len(queue.scheduled), ready, unacked)
+            ready + unacked + queue.delayed_count, ready, unacked)
 
 
 class History:

@@ -35,7 +35,7 @@ def dead_letter_counters(queue) -> dict:
             f"{cause}/{reason}": count for (cause, reason), count in stats["dropped"].items()},
         "expired": stats["expired"],
         "rejected_publishes": stats["rejected_publishes"],
-        "dead_letter_held": len(queue.dlx_pending),
+        "dead_letter_held": queue.held_count,
     }
 
 
@@ -57,11 +57,11 @@ def queue_json(queue) -> dict:
         "type": queue.settings.queue_type,
         "node": NODE,
         "state": "running",
-        "messages": queue.message_count + queue.unacked + len(queue.scheduled),
+        "messages": queue.message_count + queue.unacked + queue.delayed_count,
         "messages_ready": queue.message_count,
         "messages_unacknowledged": queue.unacked,
         # Held back by a redelivery delay (Artemis's scheduled count).
-        "messages_delayed": len(queue.scheduled),
+        "messages_delayed": queue.delayed_count,
         "message_bytes_ready": queue.ready_bytes,
         # RabbitMQ's names for where ready messages are: memory or paged out.
         "messages_ram": len(queue.ready),

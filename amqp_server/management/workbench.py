@@ -102,7 +102,7 @@ def dead_letter_queue_json(queue, why: str) -> dict:
     return {"name": queue.name, "vhost": queue.vhost, "why": why,
             "messages_ready": queue.message_count,
             "messages_paged_out": queue.paged_count,
-            "messages_delayed": len(queue.scheduled),
+            "messages_delayed": queue.delayed_count,
             "messages_unacknowledged": queue.unacked,
             "consumers": len(queue.consumers)}
 
@@ -190,7 +190,7 @@ def page(broker, vhost, queue, wanted: Filter, offset: int, limit: int,
         "messages_in_memory": len(queue.ready),
         # Not visible to a peek (README: the workbench).
         "messages_paged_out": queue.paged_count,
-        "messages_delayed": len(queue.scheduled),
+        "messages_delayed": queue.delayed_count,
         "matched": len(found) if not wanted.empty else len(queue.ready),
         "offset": offset, "limit": limit,
         "messages": [message_json(seq, message, exchanges, shown) for seq, message in chosen],

@@ -1,9 +1,10 @@
-"""A queue, built from parts with one job each (DESIGN.md, "A queue is built
-from parts"): `core` holds the messages and hands them to consumers and is
-the hot path; `limits` makes messages leave without being consumed (length
-limits, TTL at the head and by the reaper, x-expires); `redelivery` takes
-back what consumers return (counts, delays, delivery limits) and holds
-at-least-once dead letters; `paging` keeps long queues' tails on disk."""
+"""A queue, built from parts that own their state (DESIGN.md, "A queue is
+built from parts"): `ordering` (which ready message is next), `dispatch`
+(which consumer gets it), `limits` (length limits, TTL, x-expires),
+`redelivery` (returns, delays, delivery limits, held dead letters),
+`paging` (which ready messages live in page files) and `selection` (the
+workbench's withdrawals).  `core.Queue` composes them; its decisions come
+back as `effects`, which it carries out once decided."""
 
 from .core import Queue
 from .outcome import ACCEPTED, REJECTED

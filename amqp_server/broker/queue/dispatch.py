@@ -54,7 +54,7 @@ class PriorityGroups:
         self.groups: list[tuple[int, RoundRobin]] = []  # highest priority first
 
     @classmethod
-    def of(cls, consumers) -> "PriorityGroups":
+    def of(cls, consumers) -> PriorityGroups:
         """Consumers so far, now kept by priority (the first one to give a
         priority turns a queue's round robin into this)."""
         groups = cls()

@@ -1,157 +1,115 @@
-"""The queue's limits part: what makes messages leave without being
-consumed.  Length limits with their overflow modes, per-queue and
-per-message TTL (at the head, and anywhere by the reaper's sweep), and
-x-expires, which deletes a queue nobody uses."""
+"""The queue's limits part: the rules that make messages (and the queue
+itself) leave without being consumed.
+
+- Length limits (`x-max-length`, `x-max-length-bytes`) with their overflow
+  modes (dlx/limits.py decides): reject-publish refuses a message that
+  would not fit, drop-head takes it and sheds the head while the queue is
+  over.
+- Message TTL (`x-message-ttl`, a message's `expiration`, Artemis's expiry
+  delay clamps, dlx/expiry.py): the deadline a message gets as it arrives.
+  Messages die at the head once it passes, and anywhere in the queue by
+  the reaper's sweep; the queue walks its messages, this part says when.
+- x-expires: a queue nobody used for that long is deleted.
+
+Interface (the queue calls it; `now` is the queue's clock, wall-clock ms):
+
+    apply(settings)               adopt new effective settings
+    has_length_limit              a length limit applies: ask `admit` first
+    admit(count, size, incoming)  dlx.limits ACCEPT, REJECT or REJECT_DLX for
+                                  one more message of `incoming` bytes
+    sheds_head                    drop-head with a limit: ask `over` after a change
+    over(count, size)             a drop-head queue must shed its head
+    deadline(message, now)        when a message arriving now expires (None: never)
+    saw_message_ttl               a message may expire before those ahead of
+                                  it (so the reaper looks behind the head)
+    saw_deadline()                a message with a deadline was restored
+    used(now, consumers)          the queue was used: effects (x-expires)
+    unused(now, consumers)        its x-expires timer fired: effects
+
+It owns the settings it reads, whether it saw a per-message TTL, and when
+the queue was last used."""
 
 from __future__ import annotations
-
-import heapq
 
 from dlx import limits
 from dlx.expiry import clamp_ttl, effective_ttl
 
-from ..message import Entry, Message
-from ..timers import now_ms
-from .outcome import ACCEPTED, REJECTED
+from ..message import Message
+from .effects import EXPIRES, ArmTimer, Unused
+
+ACCEPT = limits.ACCEPT
+REJECT_DLX = limits.REJECT_DLX
+_NOTHING = ()
 
 
-class LimitsPart:
-    def _enqueue_checked(self, message: Message) -> str:
+class Limits:
+    __slots__ = (
+        "_clamps",
+        "_expires",
+        "_message_ttl",
+        "has_length_limit",
+        "last_used",
+        "saw_message_ttl",
+        "settings",
+        "sheds_head",
+    )
+
+    def __init__(self, now: float) -> None:
+        self.settings = None
+        self.has_length_limit = False
+        self.sheds_head = False
+        self.saw_message_ttl = False
+        self.last_used = now
+
+    def apply(self, settings) -> None:
+        self.settings = settings
+        self.has_length_limit = settings.has_length_limit
+        self.sheds_head = settings.has_length_limit and settings.overflow == limits.DROP_HEAD
+        self._message_ttl = settings.message_ttl
+        self._clamps = settings.clamps_expiry
+        self._expires = settings.expires
+        if self._clamps:
+            self.saw_message_ttl = True  # deadlines no longer grow with the queue
+
+    def admit(self, count: int, size: int, incoming: int) -> str:
+        """Whether a queue holding `count` messages (ready and held dead
+        letters) of `size` ready bytes takes one more."""
         settings = self.settings
-        if settings.has_length_limit:
-            verdict = limits.publish_verdict(
-                settings.overflow, self.message_count + len(self.dlx_pending), self.ready_bytes,
-                len(message.body), settings.max_length, settings.max_length_bytes)
-            if verdict != limits.ACCEPT:
-                self.stats["rejected_publishes"] += 1
-                if verdict == limits.REJECT_DLX:
-                    self.dead_letter_sink(self, [message], "maxlen")
-                return REJECTED
-        now = now_ms()
-        entry = Entry(self.next_seq, message)
-        ttl = effective_ttl(settings.message_ttl, message.ttl)
-        if settings.clamps_expiry:
+        return limits.publish_verdict(settings.overflow, count, size, incoming,
+                                      settings.max_length, settings.max_length_bytes)
+
+    def over(self, count: int, size: int) -> bool:
+        settings = self.settings
+        return limits.over_limit(count, size, settings.max_length, settings.max_length_bytes)
+
+    def deadline(self, message: Message, now: float) -> float | None:
+        ttl = effective_ttl(self._message_ttl, message.ttl)
+        if self._clamps:
+            settings = self.settings
             ttl = clamp_ttl(ttl, settings.expiry_delay, settings.min_expiry_delay,
                             settings.max_expiry_delay)
-        entry.deadline = None if ttl is None else now + ttl
         if message.ttl is not None:
             self.saw_message_ttl = True
-        if self.store is not None:
-            self._persist(entry, message)
-        self.next_seq += 1
-        self.published += 1
-        was_empty = not self.ready
-        self._append(entry, len(message.body))
-        if self.consumers and was_empty:
-            # A consumer waiting for it gets it even with a TTL of 0
-            # (RabbitMQ's attempt_delivery comes before any expiry check).
-            self._dispatch()
-        if settings.has_length_limit and settings.overflow == limits.DROP_HEAD:
-            self._drop_head()
-        if self.ready and self.ready[0].deadline is not None:
-            self.expire(now)
-        return ACCEPTED
+        return None if ttl is None else now + ttl
 
-    def _drop_head(self) -> None:
-        settings = self.settings
-        dropped = []
-        while self.message_count and limits.over_limit(
-                self.message_count + len(self.dlx_pending), self.ready_bytes,
-                settings.max_length, settings.max_length_bytes):
-            dropped.append(self._pop())
-        if dropped:
-            self._forget(dropped)
-            self.dead_letter_sink(self, [entry.message for entry in dropped], "maxlen")
+    def saw_deadline(self) -> None:
+        self.saw_message_ttl = True
 
-    def expire(self, now: float) -> int:
-        """Dead-letter expired messages at the head; arm a timer for the next
-        deadline there."""
-        ready = self.ready
-        count = 0
-        while True:
-            # In chunks, so a mass expiry never holds every original and
-            # every dead letter in memory at once.
-            expired = []
-            while len(expired) < 1024:
-                if not ready:
-                    if not self.paged_count:
-                        break
-                    self._page_in()
-                deadline = ready[0].deadline
-                if deadline is None or now < deadline:
-                    break
-                entry = ready.popleft()
-                self.ready_bytes -= len(entry.message.body)
-                expired.append(entry)
-            if not expired:
-                break
-            count += len(expired)
-            self._died_expired(expired)
-        self._arm_ttl_alarm()
-        return count
+    def used(self, now: float, consumers: bool) -> tuple:
+        """Declared, consumed from or got from (rabbit_amqqueue_process:
+        ensure_expiry_timer): x-expires counts from `now`, and without
+        consumers a check is due then (the timer is armed once: a later
+        check finds the newer use and waits again)."""
+        self.last_used = now
+        if self._expires is None or consumers:
+            return _NOTHING
+        return (ArmTimer(EXPIRES, now + self._expires),)
 
-    def sweep(self, now: float) -> int:
-        """The reaper's pass: expired messages anywhere in the queue go, not
-        only at the head (RabbitMQ waits for them to reach the head)."""
-        if self.scheduled:
-            self.redeliver_due(now)
-            self._expire_scheduled(now)
-        count = self.expire(now)
-        if self.dlx_pending:
-            self.retry_dead_letters()
-        if not self.saw_message_ttl or not self.ready:
-            return count
-        expired = [e for e in self.ready if e.deadline is not None and now >= e.deadline]
-        if expired:
-            self.ready.drop({id(e) for e in expired})
-            self.ready_bytes -= sum(len(e.message.body) for e in expired)
-            if not self.ready and self.paged_count:
-                self._page_in()
-            self._died_expired(expired)
-        return count + len(expired)
-
-    def _expire_scheduled(self, now: float) -> None:
-        expired = [item[2] for item in self.scheduled
-                   if item[2].deadline is not None and now >= item[2].deadline]
-        if expired:
-            gone = {id(entry) for entry in expired}
-            self.scheduled = [item for item in self.scheduled if id(item[2]) not in gone]
-            heapq.heapify(self.scheduled)
-            self._died_expired(expired)
-
-    def _died_expired(self, entries: list[Entry]) -> None:
-        self.stats["expired"] += len(entries)
-        self._forget(entries)
-        self.dead_letter_sink(self, [entry.message for entry in entries], "expired")
-
-    def _arm_ttl_alarm(self) -> None:
-        if not self.ready or self.deleted:
-            return
-        deadline = self.ready[0].deadline
-        if deadline is not None:
-            self._ttl_alarm.arm(deadline)
-
-    def _on_ttl_alarm(self) -> None:
-        if not self.deleted:
-            self.expire(now_ms())
-
-    def touch(self) -> None:
-        """Declared, consumed from or got from: the queue is in use
-        (rabbit_amqqueue_process: ensure_expiry_timer)."""
-        self.last_used = now_ms()
-        expires = self.settings.expires
-        if expires is not None and not self.consumers and self._expiry_timer is None:
-            self._expiry_timer = self.timers.call_at(self.last_used + expires,
-                                                     self._check_unused)
-
-    def _check_unused(self) -> None:
-        self._expiry_timer = None
-        expires = self.settings.expires
-        if self.deleted or expires is None or self.consumers:
-            return
-        due = self.last_used + expires
-        if now_ms() >= due:
-            if self.on_unused is not None:
-                self.on_unused(self)  # deleted; its messages are not dead-lettered
-        else:
-            self._expiry_timer = self.timers.call_at(due, self._check_unused)
+    def unused(self, now: float, consumers: bool) -> tuple:
+        """The x-expires check: the queue goes if nobody used it since."""
+        if self._expires is None or consumers:
+            return _NOTHING
+        due = self.last_used + self._expires
+        if now >= due:
+            return (Unused(),)  # deleted; its messages are not dead-lettered
+        return (ArmTimer(EXPIRES, due),)

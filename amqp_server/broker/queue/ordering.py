@@ -7,12 +7,24 @@ sequence number; a quorum queue puts it at the head.  `PriorityReady`
 first; a message without a priority counts as 0, one above the maximum as
 the maximum (rabbit_priority_queue).
 
-Both take the same calls from the queue: append/extend at the tail,
-popleft at the head, `[0]` to look at the head, `put_back` for returns and
-`drop` for the reaper.  For paging (paging.py) each says which lane an
-entry is paged in: a FIFO queue has one; a priority queue one per
-priority, and before it serves a priority from memory it has a higher one
-read back from its lane."""
+Interface (the queue calls it; both take the same calls):
+
+    append(entry), extend(entries)    at the tail
+    popleft(), [0]                    take, or look at, the head
+    pop()                             the last to leave (paging out a tail)
+    put_back(entries, at_head)        returned messages
+    drop(doomed)                      the entries whose id() is in `doomed` go
+    len(), iteration, clear()         in delivery order
+    lane_count, lane_of(entry), lane_of_header(header)
+                                      the page lane an entry goes to (paging.py):
+                                      a FIFO queue has one, a priority queue one
+                                      per priority
+    watch(refill)                     once the queue pages: `refill(lane)` reads a
+                                      lane back if anything is paged in it (a
+                                      priority queue asks before it serves a
+                                      lower priority from memory)
+
+It owns the ready messages in memory."""
 
 from __future__ import annotations
 
@@ -28,7 +40,6 @@ _SEQ = attrgetter("seq")
 
 class FifoReady(deque):
     __slots__ = ()
-    pages = True
     lane_count = 1
 
     @staticmethod
@@ -36,7 +47,11 @@ class FifoReady(deque):
         return 0
 
     @staticmethod
-    def watch(lanes, refill) -> None:
+    def lane_of_header(header: bytes) -> int:
+        return 0
+
+    @staticmethod
+    def watch(refill) -> None:
         """The queue reads its one lane back itself when the head runs dry."""
 
     def put_back(self, entries: list[Entry], at_head: bool) -> None:
@@ -59,20 +74,16 @@ class FifoReady(deque):
 
 
 class PriorityReady:
-    pages = True
-
     def __init__(self, max_priority: int) -> None:
         self.max_priority = max_priority
         self.levels = [FifoReady() for _ in range(max_priority + 1)]
         self.lane_count = max_priority + 1
         self._count = 0
-        # Set once the queue pages (paging.Lane per level, and how to read
-        # one back): a level's paged messages go before lower levels.
-        self._lanes = None
+        # Set once the queue pages: reads a level's paged messages back,
+        # if it has any (they go before lower levels).
         self._refill = None
 
-    def watch(self, lanes, refill) -> None:
-        self._lanes = lanes
+    def watch(self, refill) -> None:
         self._refill = refill
 
     def level_of(self, priority: int | None) -> int:
@@ -81,19 +92,21 @@ class PriorityReady:
     def lane_of(self, entry: Entry) -> int:
         return self.level_of(message_priority(entry.message.header, HEADER_PREFIX))
 
+    def lane_of_header(self, header: bytes) -> int:
+        return self.level_of(message_priority(header, HEADER_PREFIX))
+
     def _level(self, entry: Entry) -> FifoReady:
         return self.levels[self.lane_of(entry)]
 
     def _top(self) -> FifoReady | None:
         """The level served next: the highest holding anything, in memory
         or paged (read back first)."""
-        lanes = self._lanes
+        refill = self._refill
         for index in range(self.max_priority, -1, -1):
             level = self.levels[index]
             if level:
                 return level
-            if lanes is not None and lanes[index].count:
-                self._refill(index)
+            if refill is not None and refill(index):
                 return level
         return None
 
@@ -121,7 +134,7 @@ class PriorityReady:
         raise IndexError("pop from an empty queue")
 
     def __getitem__(self, index: int) -> Entry:
-        if index == 0 and self._lanes is not None:
+        if index == 0 and self._refill is not None:
             self._top()  # the head may be a higher priority read back
         if index < 0:
             index += self._count

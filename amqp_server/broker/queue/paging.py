@@ -1,21 +1,51 @@
-"""The queue's paging part: past a threshold (messages or body bytes), the
+"""The queue's paging part: which ready messages live in memory and which
+in page files.  Past a threshold (messages or body bytes in memory), the
 tail of a long queue waits in a page file (storage/paging.py) and nothing
 of it stays in memory; it is read back in order as the head drains.
 
 Paged messages go in lanes, each read back in its own order: a FIFO queue
 has one, a priority queue one per priority (as rabbit_priority_queue keeps
 a backing queue per priority), so a message paged at a high priority is
-read back before lower ones in memory are served (ordering.PriorityReady
-asks for it)."""
+read back before lower ones in memory are served (the queue wires
+ordering.PriorityReady to ask for it).
+
+Interface (the queue calls it; the queue keeps the in-memory messages in
+its ordering part and tells this part how many there are):
+
+    adopt(settings)               the queue's effective settings (its in-memory cap)
+    attach(paging)                page through the broker's `storage.paging.Paging`,
+                                  at its limits (again when they change)
+    attached                      a broker's Paging is configured
+    count, bytes, segments        paged messages, their body bytes, and how
+                                  many of them each store segment holds
+    count_in(lane)                paged messages of a lane
+    top_lane()                    the highest lane holding any
+    past_threshold(in_memory, ready_bytes, stored)
+                                  a message joining the tail now is paged
+    fits(in_memory, ready_bytes, count, size, stored)
+                                  `count` more messages of `size` bytes stay in memory
+    wants_refill(in_memory)       the head runs low: read the next batch back
+    excess(in_memory)             how many of the in-memory tail to page out
+    page_out(entry, lane)         an entry goes to its lane's page file
+    page_stored(lane, items) -> body bytes
+                                  stored records (recovery) join a lane as they are
+    page_in(lane, in_memory) -> entries
+                                  the next batch of a lane, in order
+    paged_refs()                  (first seq of the one lane, None) or (None,
+                                  refs naming every paged entry): what a purge
+                                  tells the store
+    drop()                        nothing is paged any more: the files go
+
+It owns the page files (through the Paging it is given: scratch space,
+wiped at start, never replicated), the lanes and the paged counts."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 
 from ...wire.frames import shortstr
-from ...wire.properties import message_priority
-from ..message import HEADER_PREFIX, Entry, Message
-
+from ..message import Entry, Message
 
 # A lazy queue (x-queue-mode: lazy) keeps only this much in memory, for
 # every message, transient ones included.
@@ -42,7 +72,7 @@ class Lane:
     a seq of at least `first_seq`, and no entry of the lane out of it
     (ready, delayed or delivered) has one that high."""
 
-    __slots__ = ("pages", "count", "first_seq")
+    __slots__ = ("count", "first_seq", "pages")
 
     def __init__(self) -> None:
         self.pages = None
@@ -50,129 +80,143 @@ class Lane:
         self.first_seq = 0
 
 
-class _PagedRef:
+class PagedRef:
     """A paged entry as the store knows it (purge of a priority queue)."""
 
-    __slots__ = ("seq", "segment")
+    __slots__ = ("segment", "seq")
 
     def __init__(self, seq: int, segment: int) -> None:
         self.seq = seq
         self.segment = segment
 
 
-class PagingPart:
-    def attach_paging(self, paging) -> None:
-        self.paging = paging
-        count, size = self.in_memory_cap
+class Pager:
+    def __init__(self, vhost: str, name: str, lane_count: int) -> None:
+        self._vhost = vhost
+        self._name = name
+        self._lane_count = lane_count
+        self._paging = None
+        self.cap = (sys.maxsize, sys.maxsize)
+        # Past limit messages or bytes_limit body bytes in memory (the
+        # transient_ limits for a message not in the store), further
+        # messages are paged.
+        self.limit = self.bytes_limit = sys.maxsize
+        self.transient_limit = self.transient_bytes_limit = sys.maxsize
+        self._lanes: list[Lane] | None = None  # made at the first page
+        self.count = 0
+        self.bytes = 0
+        self.segments: Counter = Counter()  # store segment -> paged entries in it
+
+    def adopt(self, settings) -> None:
+        """New effective settings: a policy may set queue-mode or the
+        in-memory limits."""
+        cap = in_memory_cap(settings)
+        if cap != self.cap:
+            self.cap = cap
+            if self._paging is not None:
+                self.attach(self._paging)
+
+    def attach(self, paging) -> None:
+        """Page through `paging` from now on, at its limits (they change
+        under memory pressure) within the queue's own cap."""
+        self._paging = paging
+        count, size = self.cap
         limit, bytes_limit = paging.limits(stored=True)
-        self.page_limit, self.page_bytes_limit = min(limit, count), min(bytes_limit, size)
+        self.limit, self.bytes_limit = min(limit, count), min(bytes_limit, size)
         limit, bytes_limit = paging.limits(stored=False)
-        self.transient_page_limit = min(limit, count)
-        self.transient_page_bytes_limit = min(bytes_limit, size)
+        self.transient_limit = min(limit, count)
+        self.transient_bytes_limit = min(bytes_limit, size)
 
-    def pages_next(self, stored: bool = True, entry: Entry | None = None) -> bool:
-        """A message joining the tail now is paged: the queue is past its
-        threshold for such a message, or (to keep the order) something is
-        paged already in its lane (any lane, without an `entry`)."""
-        if self.paged_count and (entry is None or self.lanes[self.ready.lane_of(entry)].count):
-            return True
-        if not self.ready.pages:
+    @property
+    def attached(self) -> bool:
+        return self._paging is not None
+
+    def count_in(self, lane: int) -> int:
+        return self._lanes[lane].count if self._lanes is not None else 0
+
+    def top_lane(self) -> int:
+        return max(i for i, lane in enumerate(self._lanes) if lane.count)
+
+    # ---- decisions -------------------------------------------------------
+
+    def past_threshold(self, in_memory: int, ready_bytes: int, stored: bool) -> bool:
+        if stored:
+            return in_memory >= self.limit or ready_bytes >= self.bytes_limit
+        return in_memory >= self.transient_limit or ready_bytes >= self.transient_bytes_limit
+
+    def fits(self, in_memory: int, ready_bytes: int, count: int, size: int,
+             stored: bool) -> bool:
+        if self.count:
             return False
         if stored:
-            return len(self.ready) >= self.page_limit or self.ready_bytes >= self.page_bytes_limit
-        return (len(self.ready) >= self.transient_page_limit
-                or self.ready_bytes >= self.transient_page_bytes_limit)
-
-    def _fits(self, count: int, size: int, stored: bool) -> bool:
-        """`count` more messages of `size` bytes in all join the tail in
-        memory: none of them would be paged (see `pages_next`)."""
-        if self.paged_count:
-            return False
-        if stored:
-            limit, bytes_limit = self.page_limit, self.page_bytes_limit
+            limit, bytes_limit = self.limit, self.bytes_limit
         else:
-            limit, bytes_limit = self.transient_page_limit, self.transient_page_bytes_limit
-        return len(self.ready) + count <= limit and self.ready_bytes + size < bytes_limit
+            limit, bytes_limit = self.transient_limit, self.transient_bytes_limit
+        return in_memory + count <= limit and ready_bytes + size < bytes_limit
 
-    def _append(self, entry: Entry, size: int) -> None:
-        if self.pages_next(entry.segment is not None, entry):
-            self._page_out(entry)
-        else:
-            self.ready.append(entry)
-        self.ready_bytes += size
+    def wants_refill(self, in_memory: int) -> bool:
+        return self.count > 0 and in_memory < self.limit >> 1
+
+    def excess(self, in_memory: int) -> int:
+        return max(0, in_memory - self.limit)
+
+    # ---- the page files --------------------------------------------------
 
     def _lane(self, index: int) -> Lane:
-        if self.lanes is None:
-            self.lanes = [Lane() for _ in range(self.ready.lane_count)]
-            self.ready.watch(self.lanes, self._page_in)
-        return self.lanes[index]
-
-    def _page_out(self, entry: Entry) -> None:
-        # A quorum delivery copy is rebuilt from its original when paged in.
-        message = entry.message.origin or entry.message
-        keys = message.routing_keys
-        lane = self._lane(self.ready.lane_of(entry))
-        self._pages(lane).append([
-            entry.redelivered, entry.returns, entry.segment,
-            ["E", self.vhost, self.name, entry.seq, message.exchange, message.routing_key,
-             message.header, message.body,
-             list(keys) if keys != (message.routing_key,) else None,
-             list(message.bcc) or None, entry.deadline]])
-        self._track_paged(lane, entry.seq, 1, len(message.body),
-                          () if entry.segment is None else (entry.segment,))
-
-    def page_stored(self, items: list) -> None:
-        """Recovery: stored messages (storage.message_store.StoredEntry, in
-        order) join the paged tail as they were stored."""
-        if self.ready.lane_count == 1:
-            by_lane = {0: items}
-        else:
-            by_lane = {}
-            for item in items:
-                header = item.record()[6]
-                level = self.ready.level_of(message_priority(header, HEADER_PREFIX))
-                by_lane.setdefault(level, []).append(item)
-        for index, lane_items in by_lane.items():
-            lane = self._lane(index)
-            # A counted delivery before the crash is a delivery that failed.
-            self._pages(lane).append_encoded(
-                ((item.delivered or item.deliveries > 0, item.deliveries, item.segment),
-                 item.payload) for item in lane_items)
-            size = sum(item.body_size for item in lane_items)
-            self._track_paged(lane, lane_items[0].seq, len(lane_items), size,
-                              (item.segment for item in lane_items))
-            self.ready_bytes += size
-        if any(item.deadline is not None for item in items):
-            self.saw_message_ttl = True
+        if self._lanes is None:
+            self._lanes = [Lane() for _ in range(self._lane_count)]
+        return self._lanes[index]
 
     def _pages(self, lane: Lane):
         if lane.pages is None:
-            lane.pages = self.paging.open()
+            lane.pages = self._paging.open()
         return lane.pages
 
-    def _track_paged(self, lane: Lane, first_seq: int, count: int, size: int,
-                     segments) -> None:
+    def page_out(self, entry: Entry, index: int) -> None:
+        # A quorum delivery copy is rebuilt from its original when paged in.
+        message = entry.message.origin or entry.message
+        keys = message.routing_keys
+        lane = self._lane(index)
+        self._pages(lane).append([
+            entry.redelivered, entry.returns, entry.segment,
+            ["E", self._vhost, self._name, entry.seq, message.exchange, message.routing_key,
+             message.header, message.body,
+             list(keys) if keys != (message.routing_key,) else None,
+             list(message.bcc) or None, entry.deadline]])
+        self._track(lane, entry.seq, 1, len(message.body),
+                    () if entry.segment is None else (entry.segment,))
+
+    def page_stored(self, index: int, items: list) -> int:
+        """Recovery: stored messages (storage.message_store.StoredEntry, in
+        order) join lane `index` as they were stored; returns their body
+        bytes."""
+        lane = self._lane(index)
+        # A counted delivery before the crash is a delivery that failed.
+        self._pages(lane).append_encoded(
+            ((item.delivered or item.deliveries > 0, item.deliveries, item.segment),
+             item.payload) for item in items)
+        size = sum(item.body_size for item in items)
+        self._track(lane, items[0].seq, len(items), size, (item.segment for item in items))
+        return size
+
+    def _track(self, lane: Lane, first_seq: int, count: int, size: int, segments) -> None:
         """`count` entries of `lane` from `first_seq` on, of `size` body
         bytes and in store `segments`, were paged."""
         if not lane.count:
             lane.first_seq = first_seq
         lane.count += count
-        self.paged_count += count
-        self.paged_bytes += size
-        self.paged_segments.update(segments)
+        self.count += count
+        self.bytes += size
+        self.segments.update(segments)
 
-    def _page_in(self, index: int | None = None) -> None:
-        """The next paged messages of a lane (without `index`, the highest
-        lane with any) join the in-memory head, up to half the threshold
-        (in messages and in bytes)."""
-        lanes = self.lanes
-        if index is None:
-            index = max(i for i, lane in enumerate(lanes) if lane.count)
-        lane = lanes[index]
-        ready = self.ready
-        room = max(1, (self.page_limit >> 1) - len(ready))
-        byte_room = max(1, self.page_bytes_limit >> 1)
+    def page_in(self, index: int, in_memory: int) -> list[Entry]:
+        """The next paged entries of lane `index`, up to half the threshold
+        in memory (in messages and in bytes)."""
+        lane = self._lanes[index]
+        room = max(1, (self.limit >> 1) - in_memory)
+        byte_room = max(1, self.bytes_limit >> 1)
         routes: dict[tuple, tuple] = {}
+        entries = []
         while room > 0 and byte_room > 0 and lane.count:
             records = lane.pages.read(min(room, 256))
             if not records:
@@ -192,67 +236,40 @@ class PagingPart:
                 entry.deadline = deadline
                 entry.returns = returns
                 entry.segment = segment
-                if returns and self.is_quorum:
-                    entry.message = message.with_delivery_count(returns)
                 if segment is not None:
-                    self.paged_segments[segment] -= 1
-                ready.append(entry)
+                    self.segments[segment] -= 1
+                entries.append(entry)
                 lane.count -= 1
-                self.paged_count -= 1
-                self.paged_bytes -= len(body)
+                self.count -= 1
+                self.bytes -= len(body)
                 lane.first_seq = seq + 1
                 room -= 1
                 byte_room -= len(body)
         if not lane.count:
             lane.pages.clear()
-        if not self.paged_count:
-            self._drop_pages()
+        if not self.count:
+            self.drop()
+        return entries
 
-    def page_out_tail(self) -> int:
-        """Memory is short: a classic queue's in-memory tail past the
-        (pressure) threshold goes to disk.  Only while nothing is paged
-        yet (a lane is read in order) and only where the head is in seq
-        order (quorum queues put returned messages at the head)."""
-        ready = self.ready
-        if self.paged_count or self.is_quorum or self.paging is None:
-            return 0
-        keep = self.page_limit
-        count = len(ready) - keep
-        if count <= 0:
-            return 0
-        if self.scheduled and (ready.lane_count > 1 or any(
-                item[2].seq >= ready[keep].seq for item in self.scheduled)):
-            return 0  # a delayed message could come back behind paged newer ones
-        # The newest of the lowest priority first: each lane's part is a
-        # tail of its level, paged oldest first.
-        tail = [ready.pop() for _ in range(count)]
-        for entry in reversed(tail):
-            self._page_out(entry)
-        return count
-
-    def _forget_paged(self) -> None:
-        """Purge: the store forgets every paged entry.  A FIFO queue's are
-        all from its lane's first seq on; a priority queue's lanes
-        interleave with what is delivered, so they are read and named."""
-        if not self.paged_count or self.store is None:
-            return
-        if len(self.lanes) == 1:
-            self.store.drop_from(self.vhost, self.name, self.lanes[0].first_seq,
-                                 self.paged_segments)
-            return
+    def paged_refs(self):
+        """What a purge tells the store: a FIFO queue's paged entries are
+        all from its lane's first seq on, (first seq, None); a priority
+        queue's lanes interleave with what is delivered, so they are read
+        and named, (None, refs).  Reads the lanes to their end."""
+        if len(self._lanes) == 1:
+            return self._lanes[0].first_seq, None
         refs = []
-        for lane in self.lanes:
+        for lane in self._lanes:
             while lane.count and (records := lane.pages.read(4096)):
-                refs.extend(_PagedRef(stored[3], segment)
+                refs.extend(PagedRef(stored[3], segment)
                             for _, _, segment, stored in records if segment is not None)
                 lane.count -= len(records)
-        self.store.remove(self.vhost, self.name, refs)
+        return None, refs
 
-    def _drop_pages(self) -> None:
-        """Nothing is paged any more: the page files go."""
-        for lane in self.lanes or ():
+    def drop(self) -> None:
+        for lane in self._lanes or ():
             if lane.pages is not None:
                 lane.pages.clear()
             lane.count = 0
-        self.paged_count = self.paged_bytes = 0
-        self.paged_segments.clear()
+        self.count = self.bytes = 0
+        self.segments.clear()

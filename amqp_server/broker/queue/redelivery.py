@@ -1,111 +1,163 @@
-"""The queue's redelivery part: messages consumers give back.
+"""The queue's redelivery part: messages consumers give back, and dead
+letters no target took yet.
 
 A classic queue puts a returned message back where it was (by its per-queue
 sequence number); a quorum queue puts it at the head and counts it, as
 rabbit_fifo does.  Where a rule reads the count (quorum delivery limit,
 Artemis max-delivery-attempts and redelivery delay, Qpid's maximum delivery
-count; `dlx/redelivery.py` decides), a returned message may die, or wait in
-`scheduled`, invisible to consumers, while every other message flows.
-Dead letters no target took yet (quorum at-least-once) wait here too."""
+count; `dlx/redelivery.py` decides), a returned message may die, or wait
+here, invisible to consumers, while every other message flows.  Dead
+letters no target accepted yet (quorum at-least-once) wait here too, and
+count toward the queue's length limit.
+
+Interface (the queue calls it; `now` is the queue's clock, wall-clock ms):
+
+    apply(settings)                 adopt new effective settings
+    counts                          returns are counted (some rule reads the count)
+    at_head                         returned messages go to the head (quorum)
+    returned(entries, by_client, now) -> (back, effects)
+                                    count returns: what comes back now, and
+                                    the effects for those that died or wait
+    restored(entry)                 a stored entry comes back with its count
+    hold(entry, due) -> effect      keep an entry from consumers until `due`
+    due(now)                        the held entries whose time has come (taken)
+    next_due                        when the next one is due (None: none)
+    take_expired(now)               held entries whose TTL passed (taken)
+    delayed, delayed_count          the entries held, how many
+    holds_from(seq)                 some held entry has a seq of at least `seq`
+    clear()                         every held entry goes (purge); returns them
+    hold_dead_letters(held)         (message, reason) no target took
+    held, held_count                those held: (message, reason), how many
+    take_held()                     those held, by reason (taken for a retry)
+    drop_held()                     the queue is deleted
+
+It owns the delayed entries (a heap by due time), the held dead letters,
+and the random source for Artemis's collision-avoidance jitter."""
 
 from __future__ import annotations
 
 import heapq
+import itertools
 
-from dlx import limits
 from dlx.redelivery import DEAD, LATER, after_return
 
 from ..message import Entry, Message
-from ..timers import now_ms
+from .effects import REDELIVERY, ArmTimer, CountReturn, DeadLetter, Forget
+
+DELIVERY_LIMIT = "delivery_limit"
 
 
+class Redelivery:
+    def __init__(self, rng) -> None:
+        self.rng = rng
+        self.rules = None  # dlx.redelivery.Redelivery
+        self.counts = False
+        self.at_head = False
+        # A heap of (due ms, tie, entry).
+        self._scheduled: list[tuple[float, int, Entry]] = []
+        self._ties = itertools.count()
+        self._held: list[tuple[Message, str]] = []
 
-class RedeliveryPart:
-    def requeue(self, entries: list[Entry], by_client: bool = True) -> None:
-        """Delivered messages come back: nack/reject with requeue and recover
-        (`by_client`), or their channel closed.  Where returns are counted, a
-        message may die, wait out a redelivery delay, or come straight back."""
-        if not entries:
-            return
-        self.unacked -= len(entries)
-        if self.counts_returns:
-            entries = self._count_returns(entries, by_client)
-            if not entries:
-                return
-        self._put_back(entries)
+    def apply(self, settings) -> None:
+        self.rules = settings.redelivery
+        self.at_head = settings.is_quorum
+        # Returns are counted only where some rule reads the count.
+        self.counts = settings.is_quorum or self.rules.active
 
-    def _put_back(self, entries: list[Entry]) -> None:
-        for entry in entries:
-            entry.redelivered = True
-            self.ready_bytes += len(entry.message.body)
-        self.ready.put_back(entries, self.is_quorum)
-        if self.settings.has_length_limit and self.settings.overflow == limits.DROP_HEAD:
-            self._drop_head()
-        if self.consumers:
-            self.dispatch()
+    # ---- returns ---------------------------------------------------------
 
-    def _count_returns(self, entries: list[Entry], by_client: bool) -> list[Entry]:
-        """Entries that come back now; the rest died or wait."""
-        back, dead = [], []
-        now = None
+    def returned(self, entries: list[Entry], by_client: bool, now: float):
+        """(entries that come back now, effects): the rest died or wait."""
+        back, dead, effects = [], [], []
         for entry in entries:
             entry.returns += 1
-            fate, delay = after_return(entry.returns, self.redelivery, by_client, self.rng)
+            fate, delay = after_return(entry.returns, self.rules, by_client, self.rng)
             if fate == DEAD:
                 dead.append(entry)
                 continue
-            if self.is_quorum:
+            if self.at_head:
                 entry.message = entry.message.with_delivery_count(entry.returns)
             due = None
             if fate == LATER:
-                now = now_ms() if now is None else now
                 due = now + delay
-                self.hold_until(entry, due)
+                effects.append(self.hold(entry, due))
             else:
                 back.append(entry)
             if entry.segment is not None:
-                self.store.returned(self.vhost, self.name, entry, due, self.is_quorum)
+                effects.append(CountReturn(entry, due))
         if dead:
-            self._forget(dead)
-            self.dead_letter_sink(self, [entry.message for entry in dead], "delivery_limit")
-        return back
+            effects.append(Forget(dead))
+            effects.append(DeadLetter([entry.message for entry in dead], DELIVERY_LIMIT))
+        return back, effects
 
-    def hold_until(self, entry: Entry, due: float) -> None:
-        """Keep `entry` from consumers until wall-clock `due` (ms)."""
+    def restored(self, entry: Entry) -> None:
+        """A stored entry back after a restart or from the page file: a
+        quorum delivery carries its count (x-delivery-count)."""
+        if entry.returns and self.at_head:
+            entry.message = entry.message.with_delivery_count(entry.returns)
+
+    # ---- delayed redeliveries ----------------------------------------------
+
+    def hold(self, entry: Entry, due: float) -> ArmTimer:
         entry.redelivered = True
-        heapq.heappush(self.scheduled, (due, next(self._scheduled_ties), entry))
-        self._redelivery_alarm.arm(due)
+        heapq.heappush(self._scheduled, (due, next(self._ties), entry))
+        return ArmTimer(REDELIVERY, due)
 
-    def _on_redelivery_alarm(self) -> None:
-        if not self.deleted:
-            self.redeliver_due(now_ms())
-
-    def redeliver_due(self, now: float) -> int:
-        """Delayed messages whose time has come go back to the queue."""
+    def due(self, now: float) -> list[Entry]:
+        scheduled = self._scheduled
         due = []
-        scheduled = self.scheduled
         while scheduled and scheduled[0][0] <= now:
             due.append(heapq.heappop(scheduled)[2])
-        if due:
-            self._put_back(due)
-        if scheduled:
-            self._redelivery_alarm.arm(scheduled[0][0])
-        return len(due)
-
-    def hold_dead_letter(self, message: Message, reason: str) -> None:
-        """A dead letter no target accepted yet stays here (3.13 quorum
-        at-least-once) and counts toward the length limit."""
-        self.dlx_pending.append((message, reason))
-
-    def retry_dead_letters(self) -> None:
-        pending, self.dlx_pending = self.dlx_pending, []
-        by_reason: dict[str, list[Message]] = {}
-        for message, reason in pending:
-            by_reason.setdefault(reason, []).append(message)
-        for reason, messages in by_reason.items():
-            self.dead_letter_sink(self, messages, reason)
+        return due
 
     @property
-    def waiting(self) -> list[Entry]:
-        """Messages held back by a redelivery delay."""
-        return [item[2] for item in self.scheduled]
+    def next_due(self) -> float | None:
+        return self._scheduled[0][0] if self._scheduled else None
+
+    def take_expired(self, now: float) -> list[Entry]:
+        expired = [item[2] for item in self._scheduled
+                   if item[2].deadline is not None and now >= item[2].deadline]
+        if expired:
+            gone = {id(entry) for entry in expired}
+            self._scheduled = [item for item in self._scheduled if id(item[2]) not in gone]
+            heapq.heapify(self._scheduled)
+        return expired
+
+    @property
+    def delayed(self) -> list[Entry]:
+        return [item[2] for item in self._scheduled]
+
+    @property
+    def delayed_count(self) -> int:
+        return len(self._scheduled)
+
+    def holds_from(self, seq: int) -> bool:
+        return any(item[2].seq >= seq for item in self._scheduled)
+
+    def clear(self) -> list[Entry]:
+        delayed = self.delayed
+        self._scheduled.clear()
+        return delayed
+
+    # ---- held dead letters (quorum at-least-once) ----------------------------
+
+    def hold_dead_letters(self, held: list[tuple[Message, str]]) -> None:
+        self._held.extend(held)
+
+    @property
+    def held(self) -> list[tuple[Message, str]]:
+        return list(self._held)
+
+    @property
+    def held_count(self) -> int:
+        return len(self._held)
+
+    def take_held(self) -> dict[str, list[Message]]:
+        held, self._held = self._held, []
+        by_reason: dict[str, list[Message]] = {}
+        for message, reason in held:
+            by_reason.setdefault(reason, []).append(message)
+        return by_reason
+
+    def drop_held(self) -> None:
+        self._held.clear()
