@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from dataclasses import fields
 
@@ -42,16 +43,19 @@ def get_request(body: dict) -> tuple[int, str, str, int | None]:
     if ackmode not in ACKMODES:
         raise BadRequest(f"ackmode must be one of {', '.join(ACKMODES)}, got {ackmode!r}")
     truncate = _integer(body["truncate"]) if "truncate" in body else None
+    if truncate is not None and truncate < 0:  # RabbitMQ's handler crashes (500)
+        raise BadRequest(f"truncate must not be negative, got {truncate}")
     return count, ackmode, encoding, truncate
 
 
 def _integer(value) -> int:
     """rabbit_mgmt_util:parse_int: a number (a fraction truncated) or its
     decimal digits; anything else is refused naming the value."""
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
     if isinstance(value, bool) or not (
-            isinstance(value, (int, float)) or (isinstance(value, str)
-                                                and _INTEGER.fullmatch(value))):
-        raise BadRequest(["not_integer", value])
+            isinstance(value, int) or (isinstance(value, str) and _INTEGER.fullmatch(value))):
+        raise BadRequest(["not_integer", value if not isinstance(value, float) else str(value)])
     return int(value)
 
 
