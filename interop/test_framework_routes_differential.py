@@ -161,7 +161,12 @@ def test_each_listed_binding_is_deleted_by_its_properties_key_as_in_rabbitmq(bas
 
 
 def _with_consumer(queue: dict) -> bool:
-    return bool(queue.get("consumer_details")) and queue.get("consumers") == 1
+    """RabbitMQ's statistics know the consumer and its channel (each comes
+    in with its own emission, the channel's details last under load)."""
+    details = queue.get("consumer_details") or [{}]
+    channel = details[0].get("channel_details")
+    return (queue.get("consumers") == 1 and isinstance(channel, dict)
+            and "connection_name" in channel)
 
 
 def consumers_shown(base: str, url: str, made: dict) -> dict:
@@ -176,8 +181,9 @@ def consumers_shown(base: str, url: str, made: dict) -> dict:
         path = f"/api/queues/%2F/{made['q']}"
         # RabbitMQ's management database learns of consumers with its
         # statistics, every few seconds.
-        wait_for(lambda: _with_consumer(call(base, "GET", path)[1]), seconds=30,
-                 step=lambda: conn.process_data_events(0.2))
+        assert wait_for(lambda: _with_consumer(call(base, "GET", path)[1]), seconds=30,
+                        step=lambda: conn.process_data_events(0.2)), \
+            f"{base} did not show the consumer and its channel in 30 s"
         queue = call(base, "GET", path)[1]
         listed = [q for q in call(base, "GET", "/api/queues/%2F")[1] if q["name"] == made["q"]]
         connections = {c["name"]: c for c in call(base, "GET", "/api/connections")[1]}
