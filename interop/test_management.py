@@ -75,15 +75,60 @@ def test_publish_get_and_dead_letter_over_http(broker):
     peeked = http(broker, "POST", "/api/queues/%2F/work/get",
                   {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[1]
     assert peeked[0]["payload"] == "poison" and peeked[0]["properties"]["headers"] == {"trace": "t1"}
-    http(broker, "POST", "/api/queues/%2F/work/get", {"count": 1, "ackmode": "reject_requeue_false"})
+    http(broker, "POST", "/api/queues/%2F/work/get",
+         {"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
     (dead,) = http(broker, "POST", "/api/queues/%2F/dlq/get",
-                   {"count": 5, "ackmode": "ack_requeue_false"})[1]
+                   {"count": 5, "ackmode": "ack_requeue_false", "encoding": "auto"})[1]
     assert dead["redelivered"] is False
     assert dead["properties"]["headers"]["x-death"][0]["reason"] == "rejected"
     assert http(broker, "GET", "/api/queues/%2F/work")[1]["dead_lettered"]["rejected"] == 1
     metrics = http(broker, "GET", "/metrics")[1]
     assert 'amqp_queue_messages_dead_lettered_total{vhost="/",queue="work",reason="rejected"} 1' \
         in metrics
+
+
+def test_bindings_of_a_queue_and_an_exchange_are_listed_and_deleted_by_key(broker):
+    http(broker, "PUT", "/api/queues/%2F/bq", {"durable": False})
+    http(broker, "PUT", "/api/exchanges/%2F/bx", {"type": "topic", "durable": False})
+    http(broker, "PUT", "/api/exchanges/%2F/by", {"type": "fanout", "durable": False})
+    for body in ({"routing_key": "b.#", "arguments": {"z": 1}}, {"routing_key": "a.#"}):
+        assert http(broker, "POST", "/api/bindings/%2F/e/bx/q/bq", body)[0] == 201
+    assert http(broker, "POST", "/api/bindings/%2F/e/by/e/bx", {"routing_key": ""})[0] == 201
+    status, listed = http(broker, "GET", "/api/queues/%2F/bq/bindings")
+    assert status == 200
+    assert [(b["source"], b["routing_key"], b["properties_key"][:5]) for b in listed] == [
+        ("", "bq", "bq"), ("bx", "a.#", "a.%23"), ("bx", "b.#", "b.%23")]
+    assert [b["destination"] for b in http(
+        broker, "GET", "/api/exchanges/%2F/bx/bindings/source")[1]] == ["bq", "bq"]
+    assert [(b["source"], b["destination_type"]) for b in http(
+        broker, "GET", "/api/exchanges/%2F/bx/bindings/destination")[1]] == [("by", "exchange")]
+    # The key as listed, quoted again into the URL, or as it was listed.
+    with_args = listed[2]["properties_key"]
+    assert http(broker, "DELETE", "/api/bindings/%2F/e/bx/q/bq/"
+                + with_args.replace("%", "%25"))[0] == 204
+    assert http(broker, "DELETE", "/api/bindings/%2F/e/bx/q/bq/a.%23")[0] == 204
+    assert http(broker, "GET", "/api/bindings/%2F/e/bx/q/bq") == (200, [])
+
+
+def test_a_single_queue_lists_its_consumers_with_their_connection(broker, connection):
+    channel = connection.channel()
+    channel.queue_declare("cq")
+    channel.basic_consume("cq", lambda *args: None, consumer_tag="ct")
+    (shown,) = http(broker, "GET", "/api/queues/%2F/cq")[1]["consumer_details"]
+    (conn,) = http(broker, "GET", "/api/connections")[1]
+    assert shown["consumer_tag"] == "ct"
+    assert shown["channel_details"]["connection_name"] == conn["name"]
+    assert "consumer_details" not in http(broker, "GET", "/api/queues/%2F")[1][0]
+
+
+def test_a_get_without_ackmode_is_refused_not_requeued(broker, channel):
+    channel.queue_declare("gq")
+    channel.basic_publish("", "gq", b"m")
+    assert http(broker, "POST", "/api/queues/%2F/gq/get", {
+        "count": 1, "requeue": False, "encoding": "auto"}) == (
+        400, {"error": "bad_request", "reason": "[{key_missing,ackmode}]"})
+    assert http(broker, "POST", "/api/queues/%2F/gq/get", {
+        "count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"})[1][0]["payload"] == "m"
 
 
 def test_bad_policy_and_definitions_round_trip(broker):

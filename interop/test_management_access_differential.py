@@ -35,6 +35,8 @@ REQUESTS = (
     ("GET", "/api/queues/%2F/md.secret", None),
     ("GET", "/api/queues/%2F/md.missing", None),
     ("GET", "/api/queues/md.nowhere/q", None),
+    ("GET", "/api/queues/%2F/md.secret/bindings", None),
+    ("GET", "/api/queues/md.other/md.q/bindings", None),
     ("PUT", "/api/queues/%2F/md.lim.q", {}),
     ("PUT", "/api/queues/%2F/md.polly.q", {}),
     ("PUT", "/api/queues/%2F/md.lim.dl", {"arguments": {"x-dead-letter-exchange": "amq.fanout"}}),
@@ -49,6 +51,8 @@ REQUESTS = (
     ("GET", "/api/exchanges", None),
     ("GET", "/api/exchanges/%2F", None),
     ("GET", "/api/exchanges/%2F/md.x", None),
+    ("GET", "/api/exchanges/%2F/md.x/bindings/source", None),
+    ("GET", "/api/exchanges/%2F/md.x/bindings/destination", None),
     ("PUT", "/api/exchanges/%2F/md.lim.x", {"type": "fanout"}),
     ("DELETE", "/api/exchanges/%2F/md.x", None),
     ("GET", "/api/bindings", None),
@@ -74,6 +78,9 @@ MONITORING_READS = {
     ("GET", "/api/queues/%2F"), ("GET", "/api/queues/%2F/md.secret"),
     ("GET", "/api/queues/%2F/md.missing"), ("GET", "/api/exchanges/%2F"),
     ("GET", "/api/exchanges/%2F/md.x"), ("GET", "/api/bindings/%2F"),
+    ("GET", "/api/queues/%2F/md.secret/bindings"),
+    ("GET", "/api/exchanges/%2F/md.x/bindings/source"),
+    ("GET", "/api/exchanges/%2F/md.x/bindings/destination"),
     ("GET", "/api/policies/%2F"),
 }
 

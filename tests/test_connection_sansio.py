@@ -146,3 +146,24 @@ def test_tx_commit_ok_waits_for_the_persistent_messages_to_reach_disk(tmp_path):
     # Nothing to wait for: a transient message, or one on a transient queue.
     assert [type(m) for m in commit("q", 1)] == [spec.Tx.CommitOk]
     assert [type(m) for m in commit("t", 2)] == [spec.Tx.CommitOk]
+
+
+def test_a_refused_publish_names_basic_publish_however_its_frames_arrive():
+    """The close answering a publish to a missing exchange names class 60,
+    method 40 whether the frames come in one read (the fused path), one
+    read each, or with the body in two frames (the general path)."""
+    header = frames.content_header(2, b"\x00\x00")
+    publish = frames.method_frame(1, make(spec.Basic.Publish, exchange="missing"))
+    arrivals = {
+        "one read": [publish + frames.frame(2, 1, header) + frames.frame(3, 1, b"hi")],
+        "a read per frame": [publish, frames.frame(2, 1, header), frames.frame(3, 1, b"hi")],
+        "two body frames": [publish + frames.frame(2, 1, header) + frames.frame(3, 1, b"h")
+                            + frames.frame(3, 1, b"i")],
+    }
+    for how, reads in arrivals.items():
+        conn = open_connection(Broker(BrokerConfig()))
+        for data in reads:
+            conn.receive_data(data)
+        (close,) = methods(conn.data_to_send())
+        assert (type(close), close.reply_code, close.class_id, close.method_id) == (
+            spec.Channel.Close, 404, 60, 40), how

@@ -23,7 +23,7 @@ from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
-from . import console, health, messages, metrics, rates, users, workbench_routes
+from . import bindings, console, health, messages, metrics, rates, users, workbench_routes
 from .requests import (
     BROKER,
     USER_KEY,
@@ -40,13 +40,12 @@ from .requests import (
 )
 from .shapes import (
     NODE,
-    binding_json,
     channel_json,
     connection_json,
+    consumer_details,
     consumer_json,
     exchange_json,
     queue_json,
-    vhost_bindings,
 )
 
 
@@ -54,7 +53,7 @@ from .shapes import (
 RATES = web.AppKey("rates", rates.Rates)
 
 
-def _error(status: int, error: str, reason: str) -> web.Response:
+def _error(status: int, error: str, reason) -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=status)
 
 
@@ -97,7 +96,9 @@ async def auth_and_errors(request: web.Request, handler):
         return not_found()
     except NotAuthorised as exc:
         return not_authorised(str(exc))
-    except (BadRequest, PolicyError) as exc:
+    except BadRequest as exc:
+        return _error(400, "bad_request", exc.reason)
+    except PolicyError as exc:
         return _error(400, "bad_request", str(exc))
     except AMQPError as exc:
         # What a channel would close with, as the management plugin's own
@@ -266,8 +267,10 @@ async def list_queues(request: web.Request) -> web.Response:
 
 async def get_queue(request: web.Request) -> web.Response:
     queue = visible_vhost(request).queue(request.match_info["name"])  # 404 first
-    return web.json_response(rates.merge(queue_json(queue),
-                                         request.app[RATES].queue(queue, _ranges(request))))
+    shown = rates.merge(queue_json(queue), request.app[RATES].queue(queue, _ranges(request)))
+    # Frameworks count a queue's consumers, and find their connections, here.
+    shown["consumer_details"] = consumer_details(queue)
+    return web.json_response(shown)
 
 
 async def put_queue(request: web.Request) -> web.Response:
@@ -305,11 +308,21 @@ async def purge_queue(request: web.Request) -> web.Response:
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    _vhost, queue = readable_queue(request)
-    body = await _body(request)
+    """basic.get over HTTP.  As RabbitMQ's: the request's keys are checked
+    before the queue (a 400 comes before a 404), and ackmode has no default,
+    so a client sending the old `requeue` key instead is refused rather
+    than having its messages silently put back."""
+    access_control(request).require_vhost(request[USER_KEY], request.match_info["vhost"])
+    count, ackmode, encoding, truncate = messages.get_request(await _body(request))
     try:
-        got = messages.get(queue, integer(body, "count", 1), body.get("ackmode", "ack_requeue_true"),
-                           body.get("encoding", "auto"), body.get("truncate"))
+        _vhost, queue = readable_queue(request)
+    except AMQPError as exc:
+        if exc.code != NOT_FOUND:
+            raise
+        # What its channel's basic.get closed with (rabbit_mgmt_wm_queue_get).
+        return _error(404, "not_found", exc.reply_text)
+    try:
+        got = messages.get(queue, count, ackmode, encoding, truncate)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     return web.json_response(got)
@@ -370,8 +383,49 @@ async def publish(request: web.Request) -> web.Response:
     return web.json_response({"routed": routed})
 
 
+def _bindings_vhost(request: web.Request):
+    """The vhost of a binding listing, or None: RabbitMQ lists nothing for a
+    vhost that does not exist, rather than answering 404."""
+    try:
+        return visible_vhost(request)
+    except KeyError:
+        return None
+
+
+def _bindings_listing(request: web.Request, listed) -> web.Response:
+    """`listed(vhost)` of the vhost in the path, in RabbitMQ's order."""
+    vhost = _bindings_vhost(request)
+    return _listing(request, listed(vhost) if vhost is not None else [])
+
+
 async def list_bindings(request: web.Request) -> web.Response:
-    return _listing(request, [b for v in _vhosts(request) for b in vhost_bindings(v)])
+    return _listing(request, bindings.in_order(
+        [b for v in _vhosts(request) for b in bindings.of_vhost(v)]))
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    return _bindings_listing(request, lambda v: bindings.of_queue(v, request.match_info["name"]))
+
+
+async def exchange_source_bindings(request: web.Request) -> web.Response:
+    return _bindings_listing(request,
+                             lambda v: bindings.from_exchange(v, _exchange_name(request)))
+
+
+async def exchange_destination_bindings(request: web.Request) -> web.Response:
+    return _bindings_listing(request,
+                             lambda v: bindings.to_exchange(v, _exchange_name(request)))
+
+
+async def bindings_between(request: web.Request) -> web.Response:
+    kind = request.match_info["kind"]
+    if kind not in ("q", "e"):
+        raise KeyError(kind)
+    destination = (request.match_info["destination"] if kind == "q"
+                   else _exchange_name(request, "destination"))
+    return _bindings_listing(request, lambda v: bindings.between(
+        v, _exchange_name(request, "source"), "queue" if kind == "q" else "exchange",
+        destination))
 
 
 def _binding_ends(vhost, request: web.Request):
@@ -396,14 +450,6 @@ def _check_binding_change(request: web.Request, vhost, source, destination) -> N
         vhost.check_exclusive_access(destination, None)
 
 
-async def bindings_between(request: web.Request) -> web.Response:
-    vhost = visible_vhost(request)
-    source, destination = _binding_ends(vhost, request)
-    return web.json_response([
-        binding_json(vhost.name, source.name, b.destination, b.routing_key, b.arguments)
-        for b in source.bindings.values() if b.destination is destination])
-
-
 async def add_binding(request: web.Request) -> web.Response:
     vhost = changing_vhost(request)
     source, destination = _binding_ends(vhost, request)  # 404 first, as RabbitMQ
@@ -417,15 +463,12 @@ async def add_binding(request: web.Request) -> web.Response:
 async def delete_binding(request: web.Request) -> web.Response:
     vhost = changing_vhost(request)
     source, destination = _binding_ends(vhost, request)
-    key = request.match_info["props"]
-    for binding in list(source.bindings.values()):
-        shape = binding_json(vhost.name, source.name, binding.destination,
-                             binding.routing_key, binding.arguments)
-        if binding.destination is destination and shape["properties_key"] == key:
-            _check_binding_change(request, vhost, source, destination)
-            vhost.unbind(source.name, destination, binding.routing_key, binding.arguments)
-            return web.Response(status=204)
-    return not_found()
+    binding = bindings.named(source, destination, request.match_info["props"])
+    if binding is None:
+        return not_found()
+    _check_binding_change(request, vhost, source, destination)
+    vhost.unbind(source.name, destination, binding.routing_key, binding.arguments)
+    return web.Response(status=204)
 
 
 # ---- policies -----------------------------------------------------------------
@@ -577,12 +620,16 @@ def make_app(broker, listeners=None) -> web.Application:
     r.add_delete("/api/queues/{vhost}/{name}", delete_queue)
     r.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
     r.add_post("/api/queues/{vhost}/{name}/get", get_messages)
+    r.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)
     r.add_get("/api/exchanges", list_exchanges)
     r.add_get("/api/exchanges/{vhost}", list_exchanges)
     r.add_get("/api/exchanges/{vhost}/{name}", get_exchange)
     r.add_put("/api/exchanges/{vhost}/{name}", put_exchange)
     r.add_delete("/api/exchanges/{vhost}/{name}", delete_exchange)
     r.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
+    r.add_get("/api/exchanges/{vhost}/{name}/bindings/source", exchange_source_bindings)
+    r.add_get("/api/exchanges/{vhost}/{name}/bindings/destination",
+              exchange_destination_bindings)
     r.add_get("/api/bindings", list_bindings)
     r.add_get("/api/bindings/{vhost}", list_bindings)
     r.add_get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", bindings_between)

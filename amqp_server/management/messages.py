@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+import re
 from dataclasses import fields
 
 from ..broker.message import Message
@@ -22,16 +24,53 @@ _INTEGER_PROPERTIES = ("delivery_mode", "priority", "timestamp")
 REFUSED = "rejected Unable to publish message. Check queue limits."
 
 
-def get(queue, count: int, ackmode: str, encoding: str, truncate) -> list[dict]:
-    """Take up to `count` messages; requeue, drop or dead-letter them as
+# The keys a get must have, in the order RabbitMQ names the missing ones.
+REQUIRED = ("ackmode", "count", "encoding")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def get_request(body: dict) -> tuple[int, str, str, int | None]:
+    """(count, ackmode, encoding, truncate) of a get's body, refused as
+    RabbitMQ's rabbit_mgmt_wm_queue_get refuses it."""
+    missing = [key for key in REQUIRED if key not in body]
+    if missing:
+        raise BadRequest("[" + ",".join(f"{{key_missing,{key}}}" for key in missing) + "]")
+    count = _integer(body["count"])
+    ackmode, encoding = body["ackmode"], body["encoding"]
+    if encoding not in ("auto", "base64"):
+        raise BadRequest("Unsupported encoding. Please use auto or base64.")
+    # RabbitMQ fails with a 500 on any other ackmode; a 400 says which.
+    if ackmode not in ACKMODES:
+        raise BadRequest(f"ackmode must be one of {', '.join(ACKMODES)}, got {ackmode!r}")
+    truncate = _integer(body["truncate"]) if "truncate" in body else None
+    if truncate is not None and truncate < 0:  # RabbitMQ's handler crashes (500)
+        raise BadRequest(f"truncate must not be negative, got {truncate}")
+    return count, ackmode, encoding, truncate
+
+
+def _integer(value) -> int:
+    """rabbit_mgmt_util:parse_int: a number (a fraction truncated) or its
+    decimal digits; anything else is refused naming the value."""
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    if isinstance(value, bool) or not (
+            isinstance(value, int) or (isinstance(value, str) and _INTEGER.fullmatch(value))):
+        raise BadRequest(["not_integer", value if not isinstance(value, float) else str(value)])
+    return int(value)
+
+
+def get(queue, count: int, ackmode: str, encoding: str, limit: int | None) -> list[dict]:
+    """Take up to `count` messages (a negative count: all, as RabbitMQ's
+    countdown never reaches zero); requeue, drop or dead-letter them as
     `ackmode` says (reject_requeue_false dead-letters, as in RabbitMQ)."""
     if ackmode not in ACKMODES:
         raise ValueError(f"ackmode must be one of {', '.join(ACKMODES)}")
     if encoding not in ("auto", "base64"):
         raise ValueError("encoding must be auto or base64")
-    limit = int(truncate) if truncate not in (None, "") else None
     taken, shown = [], []
-    for _ in range(max(0, count)):
+    left = count
+    while left != 0:
+        left -= 1
         entry = queue.take_one()
         if entry is None:
             break

@@ -222,6 +222,8 @@ def node_metrics(broker) -> list[Metric]:
          [({}, broker.memory_limit())]),
         ("disk_space_available_limit_bytes", "gauge",
          "Free disk space low watermark in bytes", [({}, config.disk_free_limit)]),
+        # The overview dashboard shows the node's uptime from it.
+        ("erlang_uptime_seconds", "gauge", "Node uptime", [({}, node.uptime_ms() / 1000.0)]),
     ]
     if fds is not None:
         metrics.append(("process_open_fds", "gauge", "Open file descriptors", [({}, fds)]))
@@ -255,7 +257,10 @@ def totals(broker) -> list[Metric]:
     ]
 
 
-def identity(broker) -> list[Metric]:
+def identity(broker, view: str) -> list[Metric]:
+    """build_info and identity_info.  identity_info names the view it is
+    in (`rabbitmq_endpoint`, as RabbitMQ 4.x does): the current overview
+    dashboard joins every panel on it."""
     from .. import __version__
     return [
         ("build_info", "untyped", "RabbitMQ & Erlang/OTP version info",
@@ -263,7 +268,8 @@ def identity(broker) -> list[Metric]:
             "product_name": "amqp-server", "product_version": __version__}, 1)]),
         ("identity_info", "untyped", "RabbitMQ node & cluster identity info",
          [({"rabbitmq_node": NODE, "rabbitmq_cluster": NODE,
-            "rabbitmq_cluster_permanent_id": f"amqp-server-{NODE}"}, 1)]),
+            "rabbitmq_cluster_permanent_id": f"amqp-server-{NODE}",
+            "rabbitmq_endpoint": view}, 1)]),
     ]
 
 
@@ -432,7 +438,7 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
                 lines += text_lines(CLUSTER_PREFIX, cluster[family])
         if "dead_letter_metrics" in wanted:
             lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker, vhost))
-        lines += text_lines(PREFIX, identity(broker))
+        lines += text_lines(PREFIX, identity(broker, view))
         return "\n".join(lines) + "\n"
     per_object = view == "per-object"
     core = [metric for family, make in PER_OBJECT_FAMILIES.items()
@@ -441,7 +447,7 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
     alarms = [] if per_object else alarm_metrics(broker)
     lines = text_lines(PREFIX, connection_churn_metrics(broker) + node_metrics(broker)
                   + (core if per_object else _aggregate(core)) + totals(broker)
-                  + identity(broker) + alarms + global_metrics(broker))
+                  + identity(broker, view) + alarms + global_metrics(broker))
     lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker) if per_object
                         else _dead_letters_aggregated(broker))
     if broker.cluster is not None:

@@ -17,7 +17,12 @@ BROKER = web.AppKey("broker", object)
 
 
 class BadRequest(Exception):
-    """Becomes 400 with this reason."""
+    """Becomes 400 with this reason: text, or a JSON value where RabbitMQ's
+    reason is an Erlang term it renders as one (["not_integer", "x"])."""
+
+    @property
+    def reason(self):
+        return self.args[0] if self.args else ""
 
 
 async def read_body(request: web.Request) -> dict:

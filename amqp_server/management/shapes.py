@@ -3,24 +3,12 @@ rabbitmqadmin and other tools read them unchanged."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
 
 from ..broker.definitions import jsonable
-from ..wire.table import FieldTable, encode_table
 
 NODE = "amqp-server@localhost"
-
-
-def properties_key(routing_key: str, arguments: FieldTable) -> str:
-    """rabbit_mgmt_format:args_hash-style key naming one binding in a URL."""
-    if not arguments:
-        return routing_key or "~"
-    digest = base64.urlsafe_b64encode(hashlib.md5(encode_table(arguments)).digest())
-    return f"{routing_key}~{digest.decode().rstrip('=')}"
 
 
 def dead_letter_counters(queue) -> dict:
@@ -97,30 +85,6 @@ def exchange_json(exchange) -> dict:
     }
 
 
-def binding_json(vhost: str, source: str, destination, routing_key: str,
-                 arguments: FieldTable) -> dict:
-    return {
-        "source": source,
-        "vhost": vhost,
-        "destination": destination.name,
-        "destination_type": "queue" if destination.is_queue else "exchange",
-        "routing_key": routing_key,
-        "arguments": jsonable(arguments),
-        "properties_key": properties_key(routing_key, arguments),
-    }
-
-
-def vhost_bindings(vhost) -> list[dict]:
-    """Every binding, the default exchange's implicit ones first (RabbitMQ)."""
-    found = [binding_json(vhost.name, "", queue, queue.name, FieldTable())
-             for queue in vhost.queues.values()]
-    for exchange in vhost.exchanges.values():
-        for binding in exchange.bindings.values():
-            found.append(binding_json(vhost.name, exchange.name, binding.destination,
-                                      binding.routing_key, binding.arguments))
-    return found
-
-
 def connection_json(conn) -> dict:
     user = conn.user.name if conn.user is not None else None
     props = conn.client_properties or {}
@@ -168,9 +132,7 @@ def consumer_json(conn, channel, consumer) -> dict:
     return {
         "consumer_tag": consumer.tag,
         "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost},
-        "channel_details": {"name": f"{conn.name} ({channel.number})",
-                            "number": channel.number, "connection_name": conn.name,
-                            "peer_host": conn.peer_host},
+        "channel_details": _channel_details(conn, channel),
         "ack_required": not consumer.no_ack,
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
@@ -180,6 +142,25 @@ def consumer_json(conn, channel, consumer) -> dict:
         "activity_status": _activity(consumer),
         "consumer_priority": consumer.priority,
     }
+
+
+def _channel_details(conn, channel) -> dict:
+    """The channel a consumer is on, as RabbitMQ names it in consumer
+    listings (frameworks find a consumer's connection by its name)."""
+    return {"name": f"{conn.name} ({channel.number})", "number": channel.number,
+            "connection_name": conn.name, "node": NODE,
+            "user": conn.user.name if conn.user is not None else None,
+            "peer_host": conn.peer_host, "peer_port": conn.peer_port}
+
+
+def consumer_details(queue) -> list[dict]:
+    """A queue's consumers as a single queue's JSON lists them (RabbitMQ puts
+    them on /api/queues/{vhost}/{name} only, not on the listings), by
+    connection, channel and tag (the dispatch order turns)."""
+    consumers = sorted(queue.consumers, key=lambda c: (c.channel.conn.connected_at,
+                                                       c.channel.conn.name,
+                                                       c.channel.number, c.tag))
+    return [consumer_json(c.channel.conn, c.channel, c) for c in consumers]
 
 
 def _is_active(consumer) -> bool:

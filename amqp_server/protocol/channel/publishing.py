@@ -9,18 +9,19 @@ import struct
 
 from ...broker.message import HEADER_PREFIX, Message
 from ...errors import (
+    NO_ROUTE,
+    SYNTAX_ERROR,
     AMQPError,
     not_implemented,
     precondition_failed,
     unexpected_frame,
-    NO_ROUTE,
-    SYNTAX_ERROR,
 )
 from ...wire import frames
 from ...wire.properties import scan_properties
 
 _BODY_SIZE = struct.Struct(">Q")
 _HEADER_CLASS = struct.Struct(">H")
+BASIC_PUBLISH = (60, 40)
 
 
 class PublishingPart:
@@ -28,19 +29,49 @@ class PublishingPart:
                       mandatory: bool, immediate: bool) -> None:
         if self._publish is not None:
             raise unexpected_frame(
+                "expected content body, got non content body frame instead"
+                if self._header is not None else
                 "expected content header for class 60, got non content header frame instead")
         if immediate:
             raise not_implemented("immediate=true")
         self._publish = (exchange, routing_key, route, mandatory)
 
+    # Every frame of a publish's content belongs to its basic.publish: an
+    # error raised while the content is assembled or the message carried
+    # out (a missing or internal exchange, a wrong user_id, a size limit, a
+    # malformed frame) names class 60, method 40, as RabbitMQ's command
+    # assembler and channel do.  Content with no publish in progress names
+    # no method (0, 0).
+
     def content_header(self, payload: bytes) -> None:
-        if self._publish is None or self._header is not None:
+        if self._publish is None:
             raise unexpected_frame("expected method frame, got non method frame instead")
-        if len(payload) < 14:
+        if len(payload) < 14:  # not a header frame at all (rabbit_command_assembler)
             raise AMQPError(501, "content header frame too short")
+        try:
+            if self._header is not None:
+                raise unexpected_frame(
+                    "expected content body, got non content body frame instead")
+            self._header_frame(payload)
+        except AMQPError as error:
+            raise error.for_method(*BASIC_PUBLISH)
+
+    def content_body(self, payload: bytes) -> None:
+        if self._publish is None:
+            raise unexpected_frame("expected method frame, got non method frame instead")
+        try:
+            if self._header is None:
+                raise unexpected_frame("expected content header for class 60, "
+                                       "got non content header frame instead")
+            self._body_frame(payload)
+        except AMQPError as error:
+            raise error.for_method(*BASIC_PUBLISH)
+
+    def _header_frame(self, payload: bytes) -> None:
         (class_id,) = _HEADER_CLASS.unpack_from(payload, 0)
         if class_id != 60:
-            raise AMQPError(505, f"content header for class {class_id}, expected 60")
+            raise AMQPError(505, f"expected content header for class 60, "
+                                 f"got one for class {class_id} instead")
         try:
             scan_properties(payload, HEADER_PREFIX)
         except ValueError as exc:
@@ -57,12 +88,10 @@ class PublishingPart:
             self._header = payload
             self._body_left = size
 
-    def content_body(self, payload: bytes) -> None:
-        if self._header is None:
-            raise unexpected_frame("expected method frame, got non method frame instead")
+    def _body_frame(self, payload: bytes) -> None:
         left = self._body_left - len(payload)
         if left < 0:
-            raise AMQPError(501, "content body exceeds the size its header declared")
+            raise AMQPError(501, "content body frame exceeds remaining content size")
         if left == 0:
             if self._body:
                 self._body.append(payload)
