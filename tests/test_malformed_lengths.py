@@ -121,7 +121,7 @@ def test_a_body_longer_than_its_header_declared_is_a_frame_error():
             + frames.frame(2, 1, frames.content_header(3, b"\x00\x00"))
             + frames.frame(3, 1, b"four"))
     assert closed_with(data) == (
-        501, "FRAME_ERROR - content body exceeds the size its header declared")
+        501, "FRAME_ERROR - content body frame exceeds remaining content size")
 
 
 def test_well_formed_nested_tables_and_arrays_are_taken():
