@@ -477,6 +477,8 @@ def test_body_toggles_are_legible_in_either_state(broker, console, channel):
     dead_letters(channel, [b'{"sku": "A-1"}'])
     console.login("guest", "guest")
     console.open("dead-letters/%2F/work.dlq")
+    # The list arrives after the page; wait for it before picking a row.
+    console.until(lambda: len(console.column("messages", "Seq") or ()) == 1)
     row_of(console, "m-0").click()
     for chosen in ("body-text", "body-json", "body-hex"):
         console.find(chosen).click()
