@@ -10,12 +10,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from policies.address_settings import AddressSettings
-from policies.address_settings import parse as parse_address_settings
+from policies.address_settings import AddressSettings, parse as parse_address_settings
 from policies.model import PolicyError
-from policies.plain_words import closest
-from policies.plain_words import quoted as _quoted
-from policies.plain_words import shown as _shown
+from policies.plain_words import closest, quoted as _quoted, shown as _shown
 
 
 class ConfigError(ValueError):

@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from typing import Any, Union
+from typing import Any
 from urllib.parse import quote
 
 from . import inspection
@@ -34,7 +34,7 @@ __all__ = ["ConfigSource", "EmbeddedBroker", "serve", "load_config"]
 
 # A config object, a TOML file (as `amqp-server --config` reads), or config
 # keys as the TOML file spells them (`message-expiry-scan-period = 100`).
-ConfigSource = Union[BrokerConfig, str, os.PathLike[str], Mapping[str, Any], None]
+ConfigSource = BrokerConfig | str | os.PathLike[str] | Mapping[str, Any] | None
 
 DEFAULT_HOST = "127.0.0.1"
 

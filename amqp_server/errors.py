@@ -75,7 +75,7 @@ class AMQPError(Exception):
     def closes_connection(self) -> bool:
         return self.code not in SOFT_ERRORS
 
-    def for_method(self, class_id: int, method_id: int) -> "AMQPError":
+    def for_method(self, class_id: int, method_id: int) -> AMQPError:
         if not self.class_id:
             self.class_id, self.method_id = class_id, method_id
         return self

@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from dlx.deaths import Death
+from dlx.text import as_text
 
 from .broker.peek import PeekedMessage, find_queue, find_vhost, peek, queue_depth
 from .errors import CONNECTION_FORCED
@@ -48,18 +49,13 @@ def describe_connection(protocol: AMQPProtocol) -> str:
     as the client said."""
     conn = _connection(protocol)
     properties = conn.client_properties
-    said = [_text(properties.get(key)) for key in ("product", "version")]
+    said = [as_text(properties.get(key)) for key in ("product", "version")]
     client = " ".join(part for part in said if part)
-    name = _text(properties.get("connection_name"))
+    name = as_text(properties.get("connection_name"))
     if name:
         client = f"{client}, {name!r}" if client else repr(name)
     return f"{conn.name} ({client})" if client else conn.name
 
-
-def _text(value: object) -> str:
-    if isinstance(value, (bytes, bytearray)):
-        return value.decode("utf-8", "replace")
-    return "" if value is None else str(value)
 
 
 async def close_connections(server: Server, vhost: str | None = None,

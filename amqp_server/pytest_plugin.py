@@ -185,12 +185,12 @@ class BrokerFixture:
         # Policies first: a queue declared after them starts with them.
         for policy in policies:
             checked(f"amqp_broker: cannot set up policy {policy.name!r}",
-                    lambda: self.thread.set_policy(
+                    lambda policy=policy: self.thread.set_policy(
                         policy.name, policy.pattern, policy.definition, vhost=self.vhost,
                         priority=policy.priority, apply_to=policy.apply_to))
         for queue in queues:
             checked(f"amqp_broker: cannot set up queue {queue.name!r}",
-                    lambda: self.thread.declare_queue(
+                    lambda queue=queue: self.thread.declare_queue(
                         queue.name, queue.arguments, vhost=self.vhost, durable=queue.durable))
 
     def _tear_down(self) -> None:

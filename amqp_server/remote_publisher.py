@@ -101,7 +101,7 @@ class RemotePublisher:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(uri.host, uri.port, ssl=context), self.timeout)
             await asyncio.wait_for(self._handshake(), self.timeout)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             self.abort()
             raise RemoteError(f"cannot reach {uri.shown}: {exc or type(exc).__name__}") from None
         except RemoteError:
@@ -247,7 +247,7 @@ class RemotePublisher:
             try:
                 self._send(0, make(spec.Connection.Close, reply_code=200, reply_text="done"))
                 await asyncio.wait_for(self._writer.drain(), 5)
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 pass
         self.abort()
 

@@ -35,7 +35,7 @@ WRITE_LOW_WATER = 256 << 10
 
 
 class AMQPProtocol(asyncio.Protocol):
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None

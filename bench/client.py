@@ -138,7 +138,7 @@ class BenchConnection(asyncio.Protocol):
         try:
             await self.call(0, make(spec.Connection.Close, reply_code=200, reply_text="bye"),
                             spec.Connection.CloseOk)
-        except (RuntimeError, asyncio.TimeoutError):
+        except (TimeoutError, RuntimeError):
             pass
         self.transport.close()
 

@@ -34,7 +34,8 @@ Rows, every queue a quorum queue (`x-queue-type: quorum`,
   connected to a node that is not killed and reconnecting from the list of
   nodes; kill -9 of the leader (ours: the leader /api/nodes names;
   RabbitMQ: the queue's leader node, asked again right before the kill);
-  the time from the kill to the first confirm of a publish sent after it.  The killed node is started again and
+  the time from the kill to the first confirm of a publish sent after it.
+  The killed node is started again and
   waited for (ours: every node in sync; RabbitMQ: the queue has its three
   members online), K times per round.  At the end of each round every
   confirmed message must be in the queue.
@@ -821,8 +822,8 @@ def _cell(entry: dict | None, key: str, unit: str = "") -> str:
     value = entry.get(key)
     if value is None:
         return "failed" if entry.get("failed_runs") else "-"
-    runs = f"{entry['runs']} run{'s' if entry['runs'] != 1 else ''}" + (f", {entry['failed_runs']} failed"
-                                      if entry.get("failed_runs") else "")
+    failed = f", {entry['failed_runs']} failed" if entry.get("failed_runs") else ""
+    runs = f"{entry['runs']} run{'s' if entry['runs'] != 1 else ''}" + failed
     if value["min"] == value["max"]:
         return f"{value['median']:,}{unit} ({runs})"
     return f"{value['median']:,}{unit} ({value['min']:,}-{value['max']:,}; {runs})"
@@ -889,7 +890,8 @@ def run_rounds(sides: list, rows: list[str], scale: float, repeat: int, kills: i
     rng = random.Random(seed)
     jobs = {
         "quorum-publish": lambda side: quorum_publish(side, int(PUBLISH_COUNT * scale), False),
-        "quorum-publish-leader": lambda side: quorum_publish(side, int(PUBLISH_COUNT * scale), True),
+        "quorum-publish-leader":
+            lambda side: quorum_publish(side, int(PUBLISH_COUNT * scale), True),
         "quorum-dead-letter": lambda side: quorum_dead_letter(side, int(DEAD_LETTER_COUNT * scale)),
         "failover": lambda side: failover(side, kills, rng, on_kill=lambda run: print(
             f"    {side.label} kill: {json.dumps(run)}", file=sys.stderr, flush=True)),

@@ -105,7 +105,7 @@ async def _reject_and_drain(url: str, work: str, dlq: str, expected: int,
     ticker = asyncio.ensure_future(settle_stragglers())
     try:
         finished = await asyncio.wait_for(asyncio.shield(done), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         finished = time.perf_counter()
     ticker.cancel()
     count = drainer.deliveries

@@ -37,8 +37,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pamqp import commands as spec
-from pamqp import frame as pamqp_frame
+from pamqp import commands as spec, frame as pamqp_frame
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 

@@ -94,7 +94,7 @@ async def _through_relay(port: int, rate: int, seconds: float) -> dict:
 class Floor:
     """The relay, started once, measured as many times as asked."""
 
-    def __enter__(self) -> "Floor":
+    def __enter__(self) -> Floor:
         context = mp.get_context("spawn")
         ports, self._stop = context.Queue(), context.Event()
         self._process = context.Process(target=_relay_process, args=(ports, self._stop))

@@ -91,7 +91,7 @@ class RssSampler:
         self.baseline = self.peak = tree_rss_bytes(pid) if pid else 0
 
     @classmethod
-    def for_url(cls, url: str) -> "RssSampler":
+    def for_url(cls, url: str) -> RssSampler:
         return cls(listening_pid(urlparse(url).port or 5672))
 
     def sample(self) -> None:

@@ -86,7 +86,7 @@ async def _aio_drain(url: str, queue: str, count: int, timeout: float) -> dict:
     await dlq.consume(on_message)
     try:
         state["finished"] = await asyncio.wait_for(done, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         state["finished"] = time.time()
     await conn.close()
     return state
@@ -190,7 +190,7 @@ async def _aio_consume(url: str, queue: str, count: int, timeout: float) -> dict
     await target.consume(on_message)
     try:
         finished = await asyncio.wait_for(done, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         finished = time.time()
     await conn.close()
     return _outcome(state["count"], count, finished - (state["first"] or finished),

@@ -189,7 +189,7 @@ async def _reject_each_and_drain(url: str, work: str, dlq: str, expected: int,
         await conn.call(1, make(spec.Basic.Consume, queue=queue), spec.Basic.ConsumeOk)
     try:
         finished = await asyncio.wait_for(asyncio.shield(done), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         finished = time.perf_counter()
     result = _outcome(drainer.deliveries, expected, finished - (first[0] or finished),
                       "dead_letters_per_s", missing_x_death=drainer.missing_death)
@@ -230,7 +230,7 @@ async def _consume_multiple(url: str, queue: str, expected: int, timeout: float)
     await conn.call(1, make(spec.Basic.Consume, queue=queue), spec.Basic.ConsumeOk)
     try:
         finished = await asyncio.wait_for(asyncio.shield(done), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         finished = time.perf_counter()
     result = _outcome(conn.deliveries, expected, finished - (first[0] or finished),
                       "deliveries_per_s")

@@ -55,7 +55,7 @@ async def _count_when_up(url: str, count: int, deadline: float) -> float:
             await conn.call(1, make(spec.Queue.Delete, queue=QUEUE), spec.Queue.DeleteOk)
             await conn.close()
             return rss
-        except (OSError, RuntimeError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, RuntimeError):
             if time.time() > deadline:
                 raise
             await asyncio.sleep(0.1)

@@ -109,7 +109,7 @@ async def _consume(url: str, queues: list[str], expected: int, prefetch: int,
         await conn.call(1, make(spec.Basic.Consume, queue=queue), spec.Basic.ConsumeOk)
     try:
         finished = await asyncio.wait_for(done, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         finished = time.perf_counter()
     delivered = conn.deliveries
     await conn.close()

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 
 from amqp_server.wire.table import FieldArray, FieldTable, Timestamp
 
+from .text import as_optional_text, as_text
+
 REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
 
 
@@ -180,9 +182,9 @@ def _death_from_table(entry: object) -> Death | None:
     if not isinstance(entry, dict):
         return None
     try:
-        queue = _text(entry["queue"])
-        reason = _text(entry["reason"])
-        exchange = _text(entry["exchange"])
+        queue = as_text(entry["queue"])
+        reason = as_text(entry["reason"])
+        exchange = as_text(entry["exchange"])
         keys = entry["routing-keys"]
         count = entry["count"]
         time = entry["time"]
@@ -193,19 +195,13 @@ def _death_from_table(entry: object) -> Death | None:
             or not isinstance(time, int) or isinstance(time, bool)):
         return None
     expiration = entry.get("original-expiration")
-    return Death(queue, reason, exchange, tuple(_text(k) for k in keys), count, int(time),
-                 _text(expiration) if expiration is not None else None)
+    return Death(queue, reason, exchange, tuple(as_text(k) for k in keys), count, int(time),
+                 as_optional_text(expiration))
 
 
 def _triple(headers: FieldTable, prefix: str) -> tuple[str, str, str] | None:
     values = [headers.get(f"{prefix}-{suffix}") for suffix in ("reason", "queue", "exchange")]
     if any(value is None for value in values):
         return None
-    reason, queue, exchange = (_text(value) for value in values)
+    reason, queue, exchange = (as_text(value) for value in values)
     return reason, queue, exchange
-
-
-def _text(value: object) -> str:
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return str(value)

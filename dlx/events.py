@@ -47,7 +47,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("body_sha256", "string"),
     ("body", "string"),              # base64 when body_size is within the configured limit
     ("body_included", "boolean"),
-    ("event_id", "string"),          # unique per event; a cluster's copies share it; older logs lack it
+    # unique per event; a cluster's copies share it; older logs lack it
+    ("event_id", "string"),
 )
 FIELD_NAMES = tuple(name for name, _ in FIELDS)
 

@@ -30,6 +30,7 @@ from amqp_server.wire.table import FieldTable
 
 from .addresses import ORIG_ADDRESS, ORIG_QUEUE
 from .deaths import REASONS, Death, DeathHistory, history_from_headers
+from .text import as_optional_text, as_text
 
 # Names that say a queue holds dead letters: Qpid's `<queue>_DLQ`, and
 # Artemis's auto-created `DLQ.<address>` and `EXP.<address>` (its default
@@ -87,7 +88,7 @@ def origin_of(headers: FieldTable | None, routing_key: str,
     death = first_death(history)
     if death is not None and death.routing_keys:
         return Origin(death.exchange, death.routing_keys, FROM_X_DEATH)
-    address = _text(headers.get(ORIG_ADDRESS) if headers else None)
+    address = as_text(headers.get(ORIG_ADDRESS) if headers else None)
     if address:
         if address in exchanges:
             return Origin(address, (routing_key,), FROM_ADDRESS)
@@ -129,8 +130,8 @@ def facts_of(headers: FieldTable | None, message_id: str | None) -> Facts:
     table: Mapping[str, object] = headers or {}
     first = first_death(history)
     latest = history.deaths[0] if history.deaths else None
-    original_queue = first.queue if first else _text(table.get(ORIG_QUEUE)) or None
-    original_exchange = first.exchange if first else _text(table.get(ORIG_ADDRESS)) or None
+    original_queue = first.queue if first else as_text(table.get(ORIG_QUEUE)) or None
+    original_exchange = first.exchange if first else as_text(table.get(ORIG_ADDRESS)) or None
     return Facts(
         reason=latest.reason if latest else None,
         original_queue=original_queue,
@@ -201,11 +202,11 @@ def parse_filter(given: Mapping[str, object]) -> Filter:
     body = values.get("body")
     return Filter(
         reason=reason,
-        original_queue=_optional_text(values.get("original_queue")),
-        original_exchange=_optional_text(values.get("original_exchange")),
+        original_queue=as_optional_text(values.get("original_queue")),
+        original_exchange=as_optional_text(values.get("original_exchange")),
         since=parse_time(values["since"], "since") if "since" in values else None,
         until=parse_time(values["until"], "until") if "until" in values else None,
-        message_id=_optional_text(values.get("message_id")),
+        message_id=as_optional_text(values.get("message_id")),
         body_contains=str(body).encode("utf-8") if body is not None else None)
 
 
@@ -223,7 +224,7 @@ def parse_time(value: object, name: str) -> int:
         raise ValueError(f"{name} must be seconds since the epoch or an ISO 8601 time, "
                          f"got {value!r}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
     return int(moment.timestamp())
 
 
@@ -271,21 +272,9 @@ def parse_candidates(text: str) -> list[Candidate]:
         message_id = item.get("message_id")
         found.append(Candidate(str(item["vhost"]), str(item["queue"]),
                                None if message_id in (None, "") else str(message_id),
-                               digest, _optional_text(item.get("died_in")), number))
+                               digest, as_optional_text(item.get("died_in")), number))
     return found
 
 
 def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
-
-
-def _optional_text(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def _text(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return str(value)

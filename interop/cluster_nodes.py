@@ -125,7 +125,7 @@ class BrokerCluster:
         self.nodes = [BrokerNode(f"node{i}", etcd, root / f"node{i}", self.config)
                       for i in range(size)]
 
-    def __enter__(self) -> "BrokerCluster":
+    def __enter__(self) -> BrokerCluster:
         try:
             for node in self.nodes:
                 node.start()

@@ -19,7 +19,7 @@ class RawClient:
         self.buffer = b""
 
     @classmethod
-    def opened(cls, port: int, queue: str | None = None) -> "RawClient":
+    def opened(cls, port: int, queue: str | None = None) -> RawClient:
         """Connected, logged in, channel 1 open, and `queue` declared if given."""
         client = cls(port)
         client.handshake()
@@ -72,7 +72,7 @@ class RawClient:
                 self.buffer += chunk
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
     def handshake(self, heartbeat: int = 0, frame_max: int = 131072,
@@ -109,7 +109,7 @@ class RawClient:
             self.send(frames.frame(frames.FRAME_BODY, channel, body))
 
     @classmethod
-    def for_url(cls, url: str) -> "RawClient":
+    def for_url(cls, url: str) -> RawClient:
         """Connected to the broker at an amqp:// URL (guest/guest), channel 1 open."""
         from urllib.parse import urlparse
         parsed = urlparse(url)

@@ -64,7 +64,8 @@ def test_configure_is_needed_to_declare_and_delete(bob):
     channel.exchange_declare("bob.events", "fanout")
     channel.queue_declare("bob.work")
     text = refused(lambda: bob.channel().exchange_declare("orders", "fanout"))
-    assert text == "ACCESS_REFUSED - access to exchange 'orders' in vhost '/' refused for user 'bob'"
+    assert text == ("ACCESS_REFUSED - access to exchange 'orders' in vhost '/' "
+                    "refused for user 'bob'")
     text = refused(lambda: bob.channel().queue_declare("orders"))
     assert text == "ACCESS_REFUSED - access to queue 'orders' in vhost '/' refused for user 'bob'"
     refused(lambda: bob.channel().queue_delete("orders"))
@@ -198,7 +199,7 @@ def test_amqpctl_verbs_and_errors(broker, capsys):
     conn.channel().queue_declare("anything")
     conn.close()
     assert ctl(broker, "change_password", "dave", "new") == 0
-    with pytest.raises(Exception):
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
         connect(broker, "dave", "pw", "staging")
     assert ctl(broker, "set_permissions", "dave", "(", ".*", ".*") == 65
     assert "not a valid regular expression" in capsys.readouterr().err
@@ -230,8 +231,8 @@ def test_users_vhosts_and_permissions_survive_a_restart():
 
 
 def test_definitions_from_before_permissions_keep_full_access():
-    from amqp_server.broker.broker import Broker
     from amqp_server.broker import definitions
+    from amqp_server.broker.broker import Broker
     broker = Broker(BrokerConfig())
     document = {"vhosts": [{"name": "/"}, {"name": "v2"}],
                 "users": [{"name": "old", "password_hash": broker.users["guest"].password_hash,

@@ -184,7 +184,8 @@ def test_log_in_with_the_brokers_users_and_see_only_what_tags_and_permissions_al
     console.find("queues-filter").send_keys("their")
     console.shows("queues", "Name", ["DLQ.theirs"])
     console.open("admin")
-    console.until(lambda: {"guest", "mandy", "nobody"} <= set(console.column("users", "Name") or ()))
+    console.until(lambda: {"guest", "mandy", "nobody"}
+                  <= set(console.column("users", "Name") or ()))
     assert set(console.column("vhosts", "Name")) == {"/", "other"}
 
 

@@ -10,7 +10,6 @@ import re
 import tomllib
 from pathlib import Path
 
-
 import amqp_server
 from amqp_server.management import console
 

@@ -160,9 +160,10 @@ def test_timed_out_deliveries_count_as_returns_for_the_delivery_limit(short_time
     for _ in range(2):
         channel = conn.channel()
         closed: list = []
-        channel._impl.add_on_close_callback(lambda ch, reason: closed.append(reason))
+        channel._impl.add_on_close_callback(
+            lambda ch, reason, closed=closed: closed.append(reason))
         channel.basic_consume("ct.quorum", lambda *a: None)
-        assert wait_for(lambda: closed, seconds=10,
+        assert wait_for(lambda closed=closed: closed, seconds=10,
                         step=lambda: conn.process_data_events(time_limit=0.1))
     method, props, body = setup.basic_get("ct.dead", auto_ack=True)
     assert body == b"poison"

@@ -40,7 +40,8 @@ def start_fails(data_dir: str, *flags: str) -> tuple[int, str]:
     """Exit code and stderr of a broker that must not start."""
     done = subprocess.run(
         [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-         "--prometheus-port", "-1", "--data-dir", data_dir, *flags], capture_output=True, text=True, timeout=30)
+         "--prometheus-port", "-1", "--data-dir", data_dir, *flags],
+        capture_output=True, text=True, timeout=30)
     return done.returncode, done.stderr
 
 

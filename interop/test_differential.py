@@ -57,7 +57,8 @@ def equivalence_errors(conn, prefix, cleanup):
     setup = conn.channel()
     setup.queue_declare(q, arguments={"x-max-length": 10, "x-message-ttl": 5000})
     setup.exchange_declare(x, "direct")
-    strip = lambda result: (result[0], result[1].replace(prefix, "")) if result else None
+    def strip(result):
+        return (result[0], result[1].replace(prefix, "")) if result else None
     return [strip(closed_with(conn, action)) for action in (
         lambda ch: ch.queue_declare(q, durable=True),
         lambda ch: ch.queue_declare(q, auto_delete=True),

@@ -202,14 +202,14 @@ def test_requests_published_in_bursts_all_carry_the_reply_name(connection):
     client.queue_declare("drt.burst")
     client.queue_declare("drt.bcc")
     same = pika.BasicProperties(reply_to=PSEUDO)
-    for n in range(100):
+    for _ in range(100):
         client.basic_publish("", "drt.burst", b"same", same)
     for n in range(100):
         client.basic_publish("", "drt.burst", b"own", pika.BasicProperties(
             reply_to=PSEUDO, correlation_id=str(n), headers={"BCC": ["drt.bcc"]}))
     names = set()
     same_bcc = pika.BasicProperties(reply_to=PSEUDO, headers={"BCC": ["drt.bcc"]})
-    for n in range(100):
+    for _ in range(100):
         client.basic_publish("", "drt.burst", b"same with BCC", same_bcc)
     for queue in ("drt.burst",) * 300 + ("drt.bcc",) * 200:
         method, props, _ = client.basic_get(queue, auto_ack=True)

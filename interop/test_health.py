@@ -128,6 +128,6 @@ def test_node_reports_alarms_limits_and_listeners(broker):
 def test_overview_lists_every_listener(broker):
     status, overview = get(broker, "/api/overview")
     assert status == 200
-    assert [(l["protocol"], l["port"]) for l in overview["listeners"]] == [
+    assert [(each["protocol"], each["port"]) for each in overview["listeners"]] == [
         ("amqp", broker.port), ("http", broker.management_port),
         ("http/prometheus", int(broker.prometheus_url.rsplit(":", 1)[1]))]

@@ -33,7 +33,7 @@ def dribble(sock: socket.socket, data: bytes, interval: float, seconds: float) -
             sock.send(bytes([byte]))
             if sock.recv(65536) == b"":
                 return True
-        except socket.timeout:
+        except TimeoutError:
             continue
         except (ConnectionResetError, BrokenPipeError):
             return True

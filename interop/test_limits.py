@@ -10,13 +10,13 @@ from urllib.parse import urlparse
 import aio_pika
 import pika
 import pytest
+from pamqp import commands as spec
 from pika.exceptions import ChannelClosedByBroker, ProbableAccessDeniedError
 
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 from amqp_server.wire.methods import make
 from interop.rawclient import RawClient
-from pamqp import commands as spec
 
 
 def open_channels_until_refused(host: str, port: int) -> tuple[list[int], str]:

@@ -74,7 +74,8 @@ def test_publish_get_and_dead_letter_over_http(broker):
     assert status == 200 and reply == {"routed": True}
     peeked = http(broker, "POST", "/api/queues/%2F/work/get",
                   {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[1]
-    assert peeked[0]["payload"] == "poison" and peeked[0]["properties"]["headers"] == {"trace": "t1"}
+    assert peeked[0]["payload"] == "poison"
+    assert peeked[0]["properties"]["headers"] == {"trace": "t1"}
     http(broker, "POST", "/api/queues/%2F/work/get",
          {"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
     (dead,) = http(broker, "POST", "/api/queues/%2F/dlq/get",

@@ -204,7 +204,7 @@ def test_immediate_is_not_implemented(broker):
 def test_publisher_confirms(connection, channel):
     channel.confirm_delivery()
     channel.queue_declare("q")
-    for i in range(20):
+    for _i in range(20):
         channel.basic_publish("", "q", b"x")
     with pytest.raises(UnroutableError):
         channel.basic_publish("amq.direct", "nobody", b"x", mandatory=True)

@@ -8,10 +8,10 @@ exact (the broker must never redeliver early) and a generous upper bound
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 import time
 import urllib.request
 from base64 import b64encode
+from decimal import Decimal
 
 import pika
 import pytest

@@ -197,7 +197,8 @@ def read_csv(path: Path) -> list[dict]:
 def code_cache(spark) -> tuple[int, int]:
     """The driver JVM's code cache: bytes used, bytes it may grow to."""
     pools = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-    usages = [pool.getUsage() for pool in pools if pool.getName().startswith(("CodeCache", "CodeHeap"))]
+    usages = [pool.getUsage() for pool in pools
+              if pool.getName().startswith(("CodeCache", "CodeHeap"))]
     return sum(u.getUsed() for u in usages), sum(u.getMax() for u in usages)
 
 

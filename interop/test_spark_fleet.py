@@ -20,9 +20,19 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from .test_spark_audit import (audit, declare_dlq, pika_channel, publish, read_csv,
-                               reject_all, reject_once_more, running_broker, spark,
-                               wait_depth, write_broker_log)
+from .test_spark_audit import (
+    audit,
+    declare_dlq,
+    pika_channel,
+    publish,
+    read_csv,
+    reject_all,
+    reject_once_more,
+    running_broker,
+    spark,
+    wait_depth,
+    write_broker_log,
+)
 
 pyspark = pytest.importorskip("pyspark")
 

@@ -117,7 +117,7 @@ def prefetch(url: str) -> dict:
             channel.basic_qos(prefetch_count=2)
         got = []
         for queue in ("wd.p1", "wd.p2"):
-            channel.basic_consume(queue, lambda ch, m, p, b: got.append(b))
+            channel.basic_consume(queue, lambda ch, m, p, b, got=got: got.append(b))
         conn.process_data_events(time_limit=0.5)
         seen[order] = len(got)
         channel.close()
@@ -215,7 +215,7 @@ def test_refused_arguments_and_properties_as_in_rabbitmq(broker, rabbitmq_url):
 def test_a_lazy_queue_keeps_little_in_memory(broker, channel):
     from .test_management import http
     channel.queue_declare("wd.lazy", arguments={"x-queue-mode": "lazy"})
-    for n in range(1000):
+    for _n in range(1000):
         channel.basic_publish("", "wd.lazy", b"x" * 100)
     queue = http(broker, "GET", "/api/queues/%2F/wd.lazy")[1]
     assert queue["messages_ram"] <= 256 and queue["messages"] == 1000

@@ -110,7 +110,8 @@ def test_dead_letter_queues_are_found_and_peeked_without_being_consumed(broker, 
 def test_filters_pick_messages_by_body_reason_queue_and_message_id(broker, channel):
     dead_letters(channel, [b"alpha one", b"beta two", b"alpha three"])
     base = "/api/queues/%2F/work.dlq/messages"
-    bodies = lambda q: [m["payload_text"] for m in http(broker, "GET", base + q)[1]["messages"]]
+    def bodies(q):
+        return [m["payload_text"] for m in http(broker, "GET", base + q)[1]["messages"]]
     assert bodies("?body=alpha") == ["alpha one", "alpha three"]
     assert bodies("?reason=rejected&original_queue=work&original_exchange=shop") == [
         "alpha one", "beta two", "alpha three"]
@@ -204,7 +205,8 @@ def test_move_to_a_chosen_exchange_and_key_then_delete(broker, channel):
 def test_replay_candidates_are_matched_by_message_id_and_body_digest(broker, channel):
     import hashlib
     dead_letters(channel, [b"one", b"two", b"two"], message_ids=["a", "b", "b"])
-    digest = lambda body: hashlib.sha256(body).hexdigest()
+    def digest(body):
+        return hashlib.sha256(body).hexdigest()
     started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"messages": [
         {"message_id": "b", "body_sha256": digest(b"two")},
         {"message_id": "a", "body_sha256": digest(b"not one")}]})[1]

@@ -51,7 +51,8 @@ def test_redrive_reports_progress_and_exits_by_outcome(broker, channel, capsys):
 
 def test_redrive_from_the_audits_replay_candidates(broker, channel, capsys, tmp_path):
     dead_letters(channel, [b"one", b"two", b"three"], message_ids=["a", "b", "c"])
-    digest = lambda body: hashlib.sha256(body).hexdigest()
+    def digest(body):
+        return hashlib.sha256(body).hexdigest()
     lines = [{"node": "amqp-server@localhost", "vhost": "/", "queue": "work.dlq",
               "message_id": mid, "body_sha256": digest(body), "died_in": "work",
               "reason": "rejected", "exchange": "shop", "routing_keys": ["order"],
@@ -119,7 +120,8 @@ def test_redrive_of_a_queue_from_file_takes_only_that_queues_lines(
     # dlx fans out: "other" dies into both work.dlq and else.dlq.
     dead_letters(channel, [b"other"], queue="else", exchange="shop2", key="other",
                  message_ids=["o"])
-    digest = lambda body: hashlib.sha256(body).hexdigest()
+    def digest(body):
+        return hashlib.sha256(body).hexdigest()
     lines = [{"vhost": "/", "queue": queue, "message_id": mid, "body_sha256": digest(body),
               "died_in": queue[:-4], "reason": "rejected", "exchange": "shop",
               "routing_keys": ["order"], "time": "2024-01-01T00:00:00Z"}

@@ -55,7 +55,8 @@ EQUIVALENCE_ARGUMENTS = tuple(s.argument for s in SETTINGS if s.equivalence and 
 _MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue"}
 QUEUE_TYPES: dict[str, tuple[str, frozenset[str]]] = {
     queue_type: (_MODULES[queue_type],
-                 frozenset(s.argument for s in SETTINGS if s.argument and queue_type in s.queue_types))
+                 frozenset(s.argument for s in SETTINGS
+                           if s.argument and queue_type in s.queue_types))
     for queue_type in BUILT_QUEUE_TYPES}
 # rabbit_stream_queue's own arguments: refused on the types built here.
 STREAM_ONLY_ARGUMENTS = frozenset(s.argument for s in SETTINGS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Callable
+from collections.abc import Callable
 
 import matplotlib
 
@@ -104,7 +104,7 @@ def stacked(labels: list[str], stacks: dict[str, list[int]], ylabel: str,
     return _png(figure)
 
 
-def _text(value) -> str:
+def _label(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if hasattr(value, "strftime") else str(value)
 
 
@@ -116,7 +116,7 @@ def _queue(row: dict) -> str:
 def over_time(rows: list[dict]) -> str | None:
     """Stacked by reason; by node when the tables are split by node."""
     stack = "node" if rows and "node" in rows[0] else "reason"
-    labels, stacks = _stacks(rows, lambda row: _text(row["bucket"]), stack, keep_order=True)
+    labels, stacks = _stacks(rows, lambda row: _label(row["bucket"]), stack, keep_order=True)
     return stacked(*_reordered(labels, stacks, key=lambda label: label), "dead letters")
 
 

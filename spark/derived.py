@@ -10,8 +10,7 @@ through Spark Connect both are local.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import types as T
+from pyspark.sql import DataFrame, types as T
 
 from dlx.redrive import REDRIVE_COUNT
 

@@ -138,7 +138,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
         notes.append("0 dead letters" + (" match the filters" if filters != tables.Filters()
                                          else " in the log"))
     summary.update(bucket=unit, by_node=split.by_node, notes=notes, filters={
-        "since": _text(args.since), "until": _text(args.until), "vhost": args.vhost,
+        "since": _iso(args.since), "until": _iso(args.until), "vhost": args.vhost,
         "queue": args.queue, "node": args.node})
     report.write_summary(out / "summary.json", summary)
     (out / "report.html").write_text(report.render_html(summary, written))
@@ -148,5 +148,5 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     return summary
 
 
-def _text(moment) -> str | None:
+def _iso(moment) -> str | None:
     return moment.isoformat() if moment is not None else None

@@ -19,13 +19,11 @@ every table has the node as its first key.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import Column, DataFrame, functions as F, types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from dlx.dead_letter import DROP_CAUSES
@@ -75,8 +73,8 @@ class Filters:
 
 def _utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 def _micros(moment: datetime) -> int:
@@ -172,7 +170,7 @@ def summary(row: dict, repeats: int, died_again_after_redrive: int = 0) -> dict:
 def _iso(micros: int | None) -> str | None:
     if micros is None:
         return None
-    return datetime.fromtimestamp(micros / 1_000_000, timezone.utc).isoformat()
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).isoformat()
 
 
 # ---- tables from the events ---------------------------------------------------
@@ -253,7 +251,7 @@ def replay_candidates(prepared: DataFrame, repeated: DataFrame, split: Split) ->
 
 # ---- fetching them all ----------------------------------------------------------
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _fetched(schema: T.StructType, rows: list) -> pa.Table:

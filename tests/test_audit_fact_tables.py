@@ -5,7 +5,7 @@ interop/test_spark_audit.py."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -78,13 +78,13 @@ def test_split_by_node_puts_the_node_first():
 
 
 def test_by_node_gives_first_and_last_seen_as_utc_times():
-    moment = datetime(2026, 11, 24, 1, 2, 3, 456789, tzinfo=timezone.utc)
+    moment = datetime(2026, 11, 24, 1, 2, 3, 456789, tzinfo=UTC)
     micros = int(moment.timestamp()) * 1_000_000 + moment.microsecond
     (node,) = fact_tables.by_node(facts({"first": micros, "last": micros + 1},
                                         {"first": micros + 5, "last": micros + 9}),
                                   SINGLE).to_pylist()
     assert node["first_seen"] == moment and node["events"] == 2
-    assert node["last_seen"] == datetime.fromtimestamp((micros + 9) / 1e6, timezone.utc)
+    assert node["last_seen"] == datetime.fromtimestamp((micros + 9) / 1e6, UTC)
 
 
 def test_output_types_are_sparks_and_keys_keep_their_nullability():

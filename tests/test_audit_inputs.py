@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -56,7 +56,7 @@ def test_a_path_that_names_nothing_is_an_error(tmp_path):
 
 
 def test_replay_lines_are_one_per_message_and_queue_it_waits_in(tmp_path):
-    died = datetime(2026, 11, 23, 14, 0, 0, 123456, tzinfo=timezone.utc)
+    died = datetime(2026, 11, 23, 14, 0, 0, 123456, tzinfo=UTC)
     table = Table(
         ["time", "node", "vhost", "queue", "reason", "message_id", "body_sha256",
          "original_exchange", "original_routing_keys", "target_queues", "expires_again"],

@@ -16,7 +16,8 @@ def test_embedded_defaults():
 
 def test_toml_then_flags_override(tmp_path):
     path = tmp_path / "broker.toml"
-    path.write_text('port = 6000\nheartbeat = 30\n[address-settings."#"]\nmax-delivery-attempts = 3\n')
+    path.write_text('port = 6000\nheartbeat = 30\n'
+                    '[address-settings."#"]\nmax-delivery-attempts = 3\n')
     config = BrokerConfig.load(path, port=7000)
     assert (config.port, config.heartbeat) == (7000, 30)
     assert config.address_settings.match("any.queue") == {"max-delivery-attempts": 3}

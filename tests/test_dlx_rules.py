@@ -108,7 +108,8 @@ def _args(**kw):
 
 @pytest.mark.parametrize("args,message", [
     (_args(x_message_ttl=-1), "invalid arg 'x-message-ttl' for Q: {value_negative,-1}"),
-    (_args(x_message_ttl="5"), "invalid arg 'x-message-ttl' for Q: \"expected integer, got longstr\""),
+    (_args(x_message_ttl="5"),
+     "invalid arg 'x-message-ttl' for Q: \"expected integer, got longstr\""),
     (_args(x_expires=0), "invalid arg 'x-expires' for Q: {value_zero,0}"),
     (_args(x_max_length=-2), "invalid arg 'x-max-length' for Q: {value_negative,-2}"),
     (_args(x_overflow="sideways"), "invalid arg 'x-overflow' for Q: invalid_overflow"),

@@ -7,8 +7,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from pamqp import commands as spec
 
 from amqp_server.errors import AMQPError

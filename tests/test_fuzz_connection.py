@@ -8,8 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker

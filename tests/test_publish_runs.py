@@ -4,8 +4,7 @@ publish at a time gives.  Driven in memory through the connection."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker

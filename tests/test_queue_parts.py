@@ -8,8 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from amqp_server.broker.message import Entry
 from amqp_server.broker.queue import Queue

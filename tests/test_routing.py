@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from amqp_server.broker.exchange import headers_match
 from amqp_server.broker.topic import TopicTrie, topic_matches

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker

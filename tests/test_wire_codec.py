@@ -6,24 +6,24 @@ import datetime
 import decimal
 from types import SimpleNamespace as Item
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from pamqp import commands as spec
-from pamqp import encode as pamqp_encode
-from pamqp import frame as pamqp_frame
-from pamqp import header as pamqp_header
-from pamqp import body as pamqp_body
+from hypothesis import given, settings, strategies as st
+from pamqp import (
+    body as pamqp_body,
+    commands as spec,
+    encode as pamqp_encode,
+    frame as pamqp_frame,
+    header as pamqp_header,
+)
 
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 from amqp_server.wire.properties import (
     Properties,
-    scan_properties,
     decode_properties,
     encode_properties,
+    scan_properties,
 )
-from amqp_server.wire.table import (
-    FieldTable, Timestamp, decode_table, encode_table, infer_type)
+from amqp_server.wire.table import FieldTable, Timestamp, decode_table, encode_table, infer_type
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
 shortstr = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
@@ -37,7 +37,7 @@ scalars = st.one_of(
     st.decimals(min_value=-10_000, max_value=10_000, places=2, allow_nan=False,
                 allow_infinity=False),
     st.datetimes(min_value=datetime.datetime(1971, 1, 1), max_value=datetime.datetime(2100, 1, 1))
-    .map(lambda d: d.replace(microsecond=0, tzinfo=datetime.timezone.utc)),
+    .map(lambda d: d.replace(microsecond=0, tzinfo=datetime.UTC)),
     st.binary(max_size=20).map(bytearray),
 )
 values = st.recursive(
@@ -156,7 +156,8 @@ def test_hot_path_frames_equal_pamqp():
     header = pamqp_header.ContentHeader(0, 5, props)
     header_payload = pamqp_frame.marshal(header, 3)[7:-1]
     route = frames.shortstr("ex") + frames.shortstr("rk")
-    content = pamqp_frame.marshal(header, 3) + pamqp_frame.marshal(pamqp_body.ContentBody(b"hello"), 3)
+    content = (pamqp_frame.marshal(header, 3)
+               + pamqp_frame.marshal(pamqp_body.ContentBody(b"hello"), 3))
 
     deliver = spec.Basic.Deliver(consumer_tag="ctag", delivery_tag=42, redelivered=True,
                                  exchange="ex", routing_key="rk")
@@ -227,7 +228,7 @@ properties = st.builds(
     message_id=st.one_of(st.none(), shortstr.filter(bool)),
     timestamp=st.one_of(st.none(), st.datetimes(
         min_value=datetime.datetime(1971, 1, 1), max_value=datetime.datetime(2100, 1, 1))
-        .map(lambda d: d.replace(microsecond=0, tzinfo=datetime.timezone.utc))),
+        .map(lambda d: d.replace(microsecond=0, tzinfo=datetime.UTC))),
     message_type=st.one_of(st.none(), shortstr.filter(bool)),
     user_id=st.one_of(st.none(), shortstr.filter(bool)),
     app_id=st.one_of(st.none(), shortstr.filter(bool)),

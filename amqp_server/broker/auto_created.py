@@ -13,7 +13,7 @@ a purge, or that never had a consumer.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from dlx.addresses import auto_created_queue_unused
 

@@ -130,7 +130,7 @@ def _restore(vhost, record: list) -> None:
 def journal_everything(broker: Broker) -> None:
     """Every durable definition the broker holds, as records."""
     journal = broker.journal
-    for name, vhost in broker.vhosts.items():
+    for name in broker.vhosts:
         journal.vhost_added(name)
     for user in broker.users.values():
         journal.user_put(user)

@@ -16,7 +16,7 @@ from .topic import TopicTrie
 class Binding:
     __slots__ = ("source", "destination", "routing_key", "arguments", "key")
 
-    def __init__(self, source: "Exchange", destination, routing_key: str,
+    def __init__(self, source: Exchange, destination, routing_key: str,
                  arguments: FieldTable | None) -> None:
         self.source = source
         self.destination = destination

@@ -69,7 +69,7 @@ class Message:
         self.stored_gen: int | None = None
 
     @classmethod
-    def to(cls, exchange: str, routing_key: str, header: bytes, body: bytes) -> "Message":
+    def to(cls, exchange: str, routing_key: str, header: bytes, body: bytes) -> Message:
         """A message the broker itself publishes (a dead letter, a move, a
         management publish), its route encoded here."""
         return cls(exchange, routing_key, shortstr(exchange) + shortstr(routing_key), header,
@@ -179,7 +179,7 @@ class Message:
 
     # ---- derived messages ----------------------------------------------
 
-    def found_as(self, previous: "Message") -> None:
+    def found_as(self, previous: Message) -> None:
         """What checking `previous`, published with the same header, found
         and changed (TTL, CC/BCC, a header without BCC or with a reply name)."""
         self.ttl, self.routing_keys, self.bcc = previous.ttl, previous.routing_keys, previous.bcc
@@ -194,7 +194,7 @@ class Message:
         self._properties = props
         self.header = self.header[:HEADER_PREFIX] + encode_properties(props)
 
-    def dead_lettered(self, plan: Republish, new_headers: bytes) -> "Message":
+    def dead_lettered(self, plan: Republish, new_headers: bytes) -> Message:
         """The message as republished to its dead-letter exchange, with
         `new_headers` (from `dead_letter_headers`) as its headers table and
         no expiration; every other property is kept byte for byte."""
@@ -211,7 +211,7 @@ class Message:
         copy.history = plan.history
         return copy
 
-    def sibling(self, header: bytes, body: bytes) -> "Message":
+    def sibling(self, header: bytes, body: bytes) -> Message:
         """Another dead letter routed like this one (one plan shared by
         messages that died the same way)."""
         copy = Message(self.exchange, self.routing_key, self.route, header, body)
@@ -220,7 +220,7 @@ class Message:
         copy.history = self.history
         return copy
 
-    def with_delivery_count(self, count: int) -> "Message":
+    def with_delivery_count(self, count: int) -> Message:
         """A copy for one quorum-queue delivery, carrying `x-delivery-count`
         (a long, as 3.13 sets it); dead-lettering uses the original."""
         base = self.origin or self

@@ -9,7 +9,7 @@ shell attaches a loop nothing fires; unit tests drive queues with an explicit
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def now_ms() -> float:

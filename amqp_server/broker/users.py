@@ -36,7 +36,7 @@ class User:
     tags: tuple[str, ...] = ()
 
     @classmethod
-    def with_password(cls, name: str, password: str, tags: tuple[str, ...] = ()) -> "User":
+    def with_password(cls, name: str, password: str, tags: tuple[str, ...] = ()) -> User:
         return cls(name, hash_password(password), tuple(tags))
 
     def check_password(self, password: str) -> bool:

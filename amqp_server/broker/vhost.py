@@ -16,16 +16,17 @@ from dlx.addresses import address_filter, per_address_queue, qpid_names
 from policies.address_settings import AddressSettings
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
-from policies.store import PolicyStore
+
+# rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
+# compared when a queue is declared again.
 from policies.registry import (
-    ARTEMIS_ARGUMENTS,
-    QPID_DLQ_ENABLED,
-    QPID_MAX_DELIVERY_COUNT,
+    EQUIVALENCE_ARGUMENTS as QUEUE_EQUIVALENCE_ARGS,
     QUEUE_TYPES,
     ArgumentError,
     queue_type_of,
     validate_queue_arguments,
 )
+from policies.store import PolicyStore
 
 from ..errors import (
     access_refused,
@@ -40,16 +41,13 @@ from . import publishing
 from .access_control import check_not_default
 from .auto_created import AutoCreatedQueues
 from .counters import Counters
+from .dead_letterer import DeadLetterer
 from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
-from .dead_letterer import DeadLetterer
 from .queue import Queue
 from .timers import Timers, now_ms
 
-# rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
-# compared when a queue is declared again.
-from policies.registry import EQUIVALENCE_ARGUMENTS as QUEUE_EQUIVALENCE_ARGS
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
 # Distinct (arguments, policies) whose merged settings a vhost keeps.
 SETTINGS_KEPT = 4096
@@ -242,7 +240,7 @@ class VirtualHost:
             self._drop_binding(binding, cascade=False)
         # Exchange-to-exchange bindings that point at this exchange go too.
         for source in list(self.exchanges.values()):
-            for key, binding in list(source.bindings.items()):
+            for _key, binding in list(source.bindings.items()):
                 if binding.destination is exchange:
                     self._drop_binding(binding)
         if exchange.durable:

@@ -18,8 +18,7 @@ import logging
 import ssl
 from collections import deque
 
-from . import frames as f
-from . import handshake
+from . import frames as f, handshake
 from .replica import Replica
 
 log = logging.getLogger("amqp_server.cluster")

@@ -12,8 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from . import frames as f
-from . import handshake
+from . import frames as f, handshake
 from .shipper import Shipper, Sources
 
 log = logging.getLogger("amqp_server.cluster")

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from policies.model import PolicyError
 
+from .. import __version__
 from ..broker import definitions
 from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
@@ -47,7 +48,6 @@ from .shapes import (
     exchange_json,
     queue_json,
 )
-
 
 # The sampler of message rates and queue depths (rates.py), one per app.
 RATES = web.AppKey("rates", rates.Rates)
@@ -193,7 +193,7 @@ async def overview(request: web.Request) -> web.Response:
     config = request.app[BROKER].config
     answer = {
         "management_version": "3.13.0", "rabbitmq_version": "3.13.0",
-        "product_name": "amqp-server", "product_version": _version(),
+        "product_name": "amqp-server", "product_version": __version__,
         # A cluster's name and this node's, as RabbitMQ's overview names them.
         **({"cluster_name": config.cluster_name, "node": config.node_name}
            if request.app[BROKER].cluster is not None
@@ -224,10 +224,6 @@ def _ranges(request: web.Request) -> dict:
     except rates.InvalidRange as exc:
         raise BadRequest(str(exc)) from None
 
-
-def _version() -> str:
-    from .. import __version__
-    return __version__
 
 
 async def whoami(request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ import resource
 import sys
 import time
 
+from .. import __version__
 from ..broker import resources
 from ..broker.exchange import EXCHANGE_TYPES
 from .shapes import NODE
@@ -78,11 +79,6 @@ def node_json(broker, listeners: list[dict]) -> dict:
         "contexts": [{"description": "RabbitMQ Management", "path": "/",
                       "port": str(entry["port"])} for entry in management],
         "applications": [{"name": "amqp_server", "description": "amqp-server",
-                          "version": _version()}],
+                          "version": __version__}],
         "python_version": sys.version.split()[0],
     }
-
-
-def _version() -> str:
-    from .. import __version__
-    return __version__

@@ -322,7 +322,8 @@ class Rates:
             return [0.0] * width
         after = self._reading(histories, width, newest)
         before = self._reading(histories, width, newest - 1)
-        elapsed = self.times[newest % OVERVIEW_SAMPLES] - self.times[(newest - 1) % OVERVIEW_SAMPLES]
+        elapsed = (self.times[newest % OVERVIEW_SAMPLES]
+                   - self.times[(newest - 1) % OVERVIEW_SAMPLES])
         return [(a - b) * 1000 / elapsed for a, b in zip(after, before)]
 
     def _points(self, histories, width: int, capacity: int, span: Range) -> list[tuple]:

@@ -207,7 +207,7 @@ async def wait_until_stored(store, generation: int) -> None:
             raise TimeoutError("the message store did not flush in time")
         try:
             await asyncio.wait_for(waiter.event.wait(), left)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -242,7 +242,7 @@ class RemoteTarget:
         try:
             await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True),
                                    CONFIRM_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         for entry, future in sent:
             settled = future.result() if future.done() and not future.cancelled() \

@@ -30,6 +30,7 @@ from dlx.redrive import (
     named_like_dead_letters,
     origin_of,
 )
+from dlx.text import as_optional_text
 
 from ..broker.peek import PeekedMessage, peek
 from .shapes import jsonable
@@ -112,7 +113,7 @@ def dead_letter_queue_json(queue, why: str) -> dict:
 def message_json(seq: int, message: PeekedMessage, exchanges, shown: int) -> dict:
     properties = message.properties
     headers = message.headers
-    facts = facts_of(headers, _text(properties.get("message_id")))
+    facts = facts_of(headers, as_optional_text(properties.get("message_id")))
     origin = origin_of(headers, message.routing_key, exchanges)
     body = message.body
     visible = body[:shown]
@@ -147,13 +148,6 @@ def message_json(seq: int, message: PeekedMessage, exchanges, shown: int) -> dic
     }
 
 
-def _text(value) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return str(value)
-
 
 # ---- walking a queue --------------------------------------------------------------
 
@@ -171,7 +165,7 @@ def matching(broker, queue, wanted: Filter, limit: int | None = None):
         yield from ready_messages(broker, queue, limit)
         return
     for seq, message in ready_messages(broker, queue):
-        facts = facts_of(message.headers, _text(message.properties.get("message_id")))
+        facts = facts_of(message.headers, as_optional_text(message.properties.get("message_id")))
         if wanted.matches(facts, message.body):
             yield seq, message
 
@@ -209,7 +203,7 @@ def seqs_by_candidates(broker, queue, candidates: list[tuple[str | None, str]]):
         wanted[key] = wanted.get(key, 0) + 1
     seqs = []
     for seq, message in ready_messages(broker, queue):
-        key = (_text(message.properties.get("message_id")), body_digest(message.body))
+        key = (as_optional_text(message.properties.get("message_id")), body_digest(message.body))
         if wanted.get(key):
             wanted[key] -= 1
             seqs.append(seq)

@@ -23,6 +23,9 @@ from itertools import repeat
 
 from pamqp import commands as spec
 
+from dlx.text import as_text
+
+from .. import __version__
 from ..broker.message import Message
 from ..errors import (
     ACCESS_REFUSED,
@@ -416,7 +419,7 @@ class Connection:
         self.state = AWAIT_START_OK
         properties = FieldTable({
             "product": "amqp-server",
-            "version": _version(),
+            "version": __version__,
             "platform": "Python",
             "copyright": "amqp-server contributors",
             "information": "An AMQP 0-9-1 broker for messages that cannot be delivered",
@@ -474,8 +477,8 @@ class Connection:
                 raise AMQPError(SYNTAX_ERROR, "AMQPLAIN response lacks LOGIN or PASSWORD")
         else:
             raise command_invalid(f"unknown authentication mechanism '{mechanism}'")
-        username = _text(username)
-        password = _text(password)
+        username = as_text(username)
+        password = as_text(password)
         user = self.broker.authenticate(username, password)
         if user is None:
             self._refuse_login(mechanism, f"user '{username}' - invalid credentials")
@@ -612,15 +615,4 @@ class Connection:
 
 def _ids(method) -> tuple[int, int]:
     return method.index >> 16, method.index & 0xFFFF
-
-
-def _text(value) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _version() -> str:
-    from .. import __version__
-    return __version__
 

@@ -24,8 +24,8 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .dead_letter_lines import event_line, node_member
 

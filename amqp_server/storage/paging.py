@@ -50,7 +50,7 @@ class Paging:
         self.under_pressure = False
         self._ids = itertools.count(1)
 
-    def open(self) -> "PageFile":
+    def open(self) -> PageFile:
         return PageFile(self.directory, next(self._ids))
 
     def limits(self, stored: bool) -> tuple[int, int]:

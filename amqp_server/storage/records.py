@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+
 import msgpack
 
 MAGIC = b"\xa5\x5a"

@@ -22,8 +22,8 @@ import asyncio
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from . import records
 from .files import fsync_dir

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ...errors import AMQPError, PRECONDITION_FAILED
+from ...errors import PRECONDITION_FAILED, AMQPError
 
 
 class AckDeadlinePart:

@@ -13,12 +13,11 @@ from collections import deque
 
 from pamqp import commands as spec
 
-from ...storage.definition_log import NO_JOURNAL
 from ...errors import AMQPError, unexpected_frame
+from ...storage.definition_log import NO_JOURNAL
 from ...wire import frames
 from ...wire.methods import make
 from ..consumer import Consumer
-
 from .ack_deadline import AckDeadlinePart
 from .confirms import ConfirmsPart
 from .consuming import ConsumingPart

@@ -54,7 +54,7 @@ class PublishingPart:
                     "expected content body, got non content body frame instead")
             self._header_frame(payload)
         except AMQPError as error:
-            raise error.for_method(*BASIC_PUBLISH)
+            raise error.for_method(*BASIC_PUBLISH) from None
 
     def content_body(self, payload: bytes) -> None:
         if self._publish is None:
@@ -65,7 +65,7 @@ class PublishingPart:
                                        "got non content header frame instead")
             self._body_frame(payload)
         except AMQPError as error:
-            raise error.for_method(*BASIC_PUBLISH)
+            raise error.for_method(*BASIC_PUBLISH) from None
 
     def _header_frame(self, payload: bytes) -> None:
         (class_id,) = _HEADER_CLASS.unpack_from(payload, 0)
