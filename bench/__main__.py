@@ -2,10 +2,14 @@
 
     python -m bench --url amqp://guest:guest@127.0.0.1:5672/ --scenario transient
     python -m bench --compare amqp://guest:guest@127.0.0.1:5672/   # ours vs that broker
+    python -m bench --compare URL --baseline ../old-checkout  # and an older build too
 
 --compare starts this project's broker in a subprocess on a free port and
 runs every scenario against it and the reference URL in one run, a run on
 each in turn, printing a markdown table of ratios (ours / reference).
+--baseline adds a third broker, started from another checkout of this
+project (a redesign's "before"), run in the same rotation, so that a
+before/after comparison sees the same machine over the same minutes.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import tempfile
 from .registry import SCENARIOS
 
 
-def start_our_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
+def start_our_broker(data_dir: str, checkout: str | None = None
+                     ) -> tuple[subprocess.Popen, str]:
+    """The broker of this checkout, or of `checkout` (run from there, so
+    that its own packages are the ones imported)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
          "--prometheus-port", "-1", "--data-dir", data_dir, "--log-level", "warning"],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, text=True, cwd=checkout)
     line = proc.stdout.readline()
     if "listening on" not in line:
         proc.kill()
@@ -92,7 +99,11 @@ def main() -> int:
                         help="multiply message/connection counts (default 1.0)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per scenario; the median is reported")
+    parser.add_argument("--baseline", metavar="CHECKOUT",
+                        help="with --compare: also run the broker of this other checkout")
     args = parser.parse_args()
+    if args.baseline and not os.path.isdir(os.path.join(args.baseline, "amqp_server")):
+        parser.error(f"--baseline {args.baseline}: not a checkout of this project")
     names = args.scenario or list(SCENARIOS)
 
     if args.url:
@@ -100,30 +111,44 @@ def main() -> int:
         print(json.dumps(only, indent=2))
         return 0
 
-    data_dir = tempfile.mkdtemp(prefix="amqp-bench-")
-    proc, ours_url = start_our_broker(data_dir)
+    started = []
     try:
-        print(f"ours: {ours_url}, reference: {args.compare}", file=sys.stderr)
-        results = run({"ours": ours_url, "reference": args.compare},
-                      names, args.scale, args.repeat)
+        urls = {}
+        for who, checkout in (("ours", None), ("baseline", args.baseline)):
+            if who == "baseline" and not checkout:
+                continue
+            data_dir = tempfile.mkdtemp(prefix="amqp-bench-")
+            proc, urls[who] = start_our_broker(data_dir, checkout)
+            started.append((proc, data_dir))
+        urls["reference"] = args.compare
+        print(", ".join(f"{who}: {url}" for who, url in urls.items()), file=sys.stderr)
+        results = run(urls, names, args.scale, args.repeat)
     finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(data_dir, ignore_errors=True)
-    ours, reference = results["ours"], results["reference"]
-    print("| scenario | metric | this broker | RabbitMQ | ratio (ours / RabbitMQ) "
+        for proc, data_dir in started:
+            proc.terminate()
+            proc.wait(10)
+            shutil.rmtree(data_dir, ignore_errors=True)
+    _table(results, names, "ours", "this broker")
+    if args.baseline:
+        print()
+        _table(results, names, "baseline", f"baseline ({args.baseline})")
+    return 0
+
+
+def _table(results: dict, names: list[str], who: str, title: str) -> None:
+    mine_all, reference = results[who], results["reference"]
+    print(f"| scenario | metric | {title} | RabbitMQ | ratio (ours / RabbitMQ) "
           "| runs (ours / RabbitMQ) |")
     print("|---|---|---:|---:|---:|---|")
     for name in names:
         metric = SCENARIOS[name]["metric"]
-        mine, theirs = ours[name], reference[name]
+        mine, theirs = mine_all[name], reference[name]
         for key in (metric, *SCENARIOS[name].get("extra", ())):
             a, b = mine.get(key), theirs.get(key)
             ratio = f"{a / b:.2f}x" if a is not None and b else "-"
             label = f"{name} ({SCENARIOS[name]['what']})" if key == metric else name
             print(f"| {label} | {key} | {_shown(mine, key)} | {_shown(theirs, key)} "
                   f"| {ratio} | {_runs(mine)} / {_runs(theirs)} |")
-    return 0
 
 
 if __name__ == "__main__":
