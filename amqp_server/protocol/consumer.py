@@ -1,4 +1,8 @@
-"""A consumer: one basic.consume on one channel, with its prefetch window."""
+"""A consumer: one basic.consume on one channel, with its prefetch window.
+
+What a queue's dispatch asks of it (broker/queue/dispatch.py): `can_take`,
+`room`, `output_room`, `take`, `take_many`, `cancelled_by_broker`.  The
+room for writing is its connection's flow control (protocol/flow.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ ROOM_CEILING = 1000
 
 
 class Consumer:
-    __slots__ = ("tag", "tag_bytes", "channel", "queue", "no_ack", "exclusive",
+    __slots__ = ("tag", "tag_bytes", "channel", "flow", "queue", "no_ack", "exclusive",
                  "prefetch", "unacked", "arguments", "priority")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
@@ -19,6 +23,7 @@ class Consumer:
         self.tag = tag
         self.tag_bytes = shortstr(tag)  # encoded once, written on every delivery
         self.channel = channel
+        self.flow = channel.flow
         self.queue = queue
         self.no_ack = no_ack
         self.exclusive = exclusive
@@ -36,7 +41,7 @@ class Consumer:
         return (channel.active and not channel.closing
                 and (not channel.global_prefetch
                      or len(channel.unacked) < channel.global_prefetch)
-                and channel.conn.can_write())
+                and self.flow.can_write())
 
     def room(self) -> int:
         """How many messages this consumer may take now: its prefetch window
@@ -53,7 +58,7 @@ class Consumer:
 
     def output_room(self) -> int:
         """Bytes of deliveries the connection may still queue for the peer."""
-        return self.channel.conn.output_room()
+        return self.flow.room()
 
     def take(self, queue, entry) -> None:
         self.channel.deliver(self, queue, entry)

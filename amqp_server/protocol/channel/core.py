@@ -33,6 +33,7 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
               TransactionsPart, AckDeadlinePart, ReplyingPart):
     def __init__(self, connection, number: int) -> None:
         self.conn = connection
+        self.flow = connection.flow
         self.number = number
         self.vhost = connection.vhost
         self.closing = False
@@ -110,7 +111,7 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
     def can_deliver(self) -> bool:
         return (self.active and not self.closing
                 and (not self.global_prefetch or len(self.unacked) < self.global_prefetch)
-                and self.conn.can_write())
+                and self.flow.can_write())
 
     def handle_method(self, method) -> None:
         if self._publish is not None:
