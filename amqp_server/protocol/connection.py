@@ -198,7 +198,7 @@ class Connection:
             self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
             return
         self.flow.publishing = True
-        if channel._publish is not None or channel.tx is not None or fields.immediate:
+        if fields.immediate or not channel.takes_whole_publishes():
             self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
             return
         try:
@@ -216,7 +216,7 @@ class Connection:
             self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
             return
         self.flow.publishing = True
-        if channel._publish is not None or channel.tx is not None or fields.immediate:
+        if fields.immediate or not channel.takes_whole_publishes():
             self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
             return
         exchange, routing_key, route, mandatory, _, routing_keys, _ = fields

@@ -15,7 +15,7 @@ ROOM_CEILING = 1000
 
 
 class Consumer:
-    __slots__ = ("tag", "tag_bytes", "channel", "flow", "queue", "no_ack", "exclusive",
+    __slots__ = ("tag", "tag_bytes", "channel", "deliveries", "flow", "queue", "no_ack", "exclusive",
                  "prefetch", "unacked", "arguments", "priority")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
@@ -23,6 +23,7 @@ class Consumer:
         self.tag = tag
         self.tag_bytes = shortstr(tag)  # encoded once, written on every delivery
         self.channel = channel
+        self.deliveries = channel.deliveries  # the channel's part that delivers
         self.flow = channel.flow
         self.queue = queue
         self.no_ack = no_ack
@@ -36,11 +37,12 @@ class Consumer:
     def can_take(self) -> bool:
         if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
             return False
-        # Channel.can_deliver, inlined: this runs once per delivery.
+        # The channel's limits, read in place: this runs once per delivery.
         channel = self.channel
+        deliveries = self.deliveries
         return (channel.active and not channel.closing
-                and (not channel.global_prefetch
-                     or len(channel.unacked) < channel.global_prefetch)
+                and (not deliveries.global_prefetch
+                     or len(deliveries.unacked) < deliveries.global_prefetch)
                 and self.flow.can_write())
 
     def room(self) -> int:
@@ -51,9 +53,9 @@ class Consumer:
         room = ROOM_CEILING
         if self.prefetch and not self.no_ack:
             room = self.prefetch - self.unacked
-        channel = self.channel
-        if channel.global_prefetch:
-            room = min(room, channel.global_prefetch - len(channel.unacked))
+        deliveries = self.deliveries
+        if deliveries.global_prefetch:
+            room = min(room, deliveries.global_prefetch - len(deliveries.unacked))
         return room
 
     def output_room(self) -> int:
@@ -61,10 +63,10 @@ class Consumer:
         return self.flow.room()
 
     def take(self, queue, entry) -> None:
-        self.channel.deliver(self, queue, entry)
+        self.deliveries.deliver(self, queue, entry)
 
     def take_many(self, queue, entries: list) -> None:
-        self.channel.deliver_many(self, queue, entries)
+        self.deliveries.deliver_many(self, queue, entries)
 
     def cancelled_by_broker(self) -> None:
         """The queue went away under this consumer (queue.delete, expiry)."""
