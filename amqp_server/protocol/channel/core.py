@@ -225,8 +225,10 @@ class Channel:
         self.output.close()
         self.consuming.close()
         self.publishing.reset()
+        # First, so that no reply reaches the channel while its deliveries
+        # go back (a requeue may dead-letter, and a dead letter may be one).
+        self.replies.stop()
         taken = self.deliveries.take_all()
         taken.extend(self.transactions.abandon())
         self.deliveries.requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)
-        self.replies.stop()
         self.consuming.detach_all()
