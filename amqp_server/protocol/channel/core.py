@@ -74,9 +74,6 @@ class Channel:
         self.overdue = self.ack_deadline.overdue
         self.redispatch = consuming.redispatch
         self.consumer_cancelled = consuming.consumer_cancelled
-        self.deliver = deliveries.deliver
-        self.deliver_many = deliveries.deliver_many
-        self.send = output.send
         self._handlers = {
             spec.Basic.Qos: consuming.qos,
             spec.Basic.Consume: consuming.consume,
@@ -151,7 +148,7 @@ class Channel:
         # RabbitMQ refuses active=false (540); we honour it as the spec asks:
         # deliveries pause until the client sends active=true again.
         self.active = method.active
-        self.send(make(spec.Channel.FlowOk, active=method.active))
+        self.output.send(make(spec.Channel.FlowOk, active=method.active))
         if self.active:
             self.redispatch()
 
@@ -203,7 +200,7 @@ class Channel:
 
     def _basic_recover(self, method) -> None:
         self._basic_recover_async(method)
-        self.send(make(spec.Basic.RecoverOk))
+        self.output.send(make(spec.Basic.RecoverOk))
 
     # ---- callbacks -----------------------------------------------------
 
