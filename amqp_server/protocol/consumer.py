@@ -40,10 +40,10 @@ class Consumer:
         # The channel's limits, read in place: this runs once per delivery.
         channel = self.channel
         deliveries = self.deliveries
-        return (channel.active and not channel.closing
+        return (not channel.closing
                 and (not deliveries.global_prefetch
                      or len(deliveries.unacked) < deliveries.global_prefetch)
-                and self.flow.can_write())
+                and self.flow.can_deliver(channel.number))
 
     def room(self) -> int:
         """How many messages this consumer may take now: its prefetch window

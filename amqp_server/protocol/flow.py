@@ -19,7 +19,8 @@ Writing: deliveries stop being queued past OUTPUT_HIGH_WATER bytes of
 unsent output (so a consumer without prefetch cannot pull a whole queue
 into memory), or while the transport's own buffer is full; `starved` notes
 that a delivery was held back, so that the connection redispatches once
-the output drains.
+the output drains.  A channel the client paused with channel.flow
+active=false gets no deliveries until it sends active=true.
 
 Needs: a `resources` object with `alarms` (a set of resource names) and
 `store_busy` (the broker), a `transport` with pause_reading/resume_reading
@@ -56,7 +57,8 @@ class Transport(Protocol):
 
 class Flow:
     __slots__ = ("_resources", "_announce", "_transport", "publishing", "blocked",
-                 "writable", "login_refused", "buffered", "starved", "reading")
+                 "writable", "login_refused", "buffered", "starved", "reading",
+                 "_paused_channels")
 
     def __init__(self, resources: Resources,
                  announce: Callable[[str | None], None] = lambda reason: None) -> None:
@@ -70,6 +72,7 @@ class Flow:
         self.buffered = 0  # bytes of output not yet handed to the transport
         self.starved = False  # a delivery waited for room
         self.reading = True
+        self._paused_channels: set[int] = set()  # channel.flow active=false
 
     # ---- reading -------------------------------------------------------
 
@@ -125,12 +128,23 @@ class Flow:
 
     # ---- writing -------------------------------------------------------
 
-    def can_write(self) -> bool:
-        """May another delivery be queued for the peer now?"""
+    def can_deliver(self, channel: int) -> bool:
+        """May another delivery be queued for the peer on `channel` now?"""
+        if self._paused_channels and channel in self._paused_channels:
+            return False
         if self.writable and self.buffered < OUTPUT_HIGH_WATER:
             return True
         self.starved = True
         return False
+
+    def channel_flow(self, channel: int, active: bool) -> None:
+        """channel.flow from the client: deliveries on `channel` pause
+        (active=false) or resume.  Also called with True when the channel
+        closes, so that its number, reused, starts active."""
+        if active:
+            self._paused_channels.discard(channel)
+        else:
+            self._paused_channels.add(channel)
 
     def room(self) -> int:
         """Bytes that may still be queued for the peer before deliveries wait."""

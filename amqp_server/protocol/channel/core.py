@@ -46,7 +46,6 @@ class Channel:
         self.number = number
         self.vhost = vhost = connection.vhost
         self.closing = False
-        self.active = True  # channel.flow
         broker = connection.broker
         self.output = output = ChannelOutput(number, connection, broker.journal or NO_JOURNAL,
                                              self)
@@ -147,9 +146,9 @@ class Channel:
     def _channel_flow(self, method) -> None:
         # RabbitMQ refuses active=false (540); we honour it as the spec asks:
         # deliveries pause until the client sends active=true again.
-        self.active = method.active
+        self.flow.channel_flow(self.number, method.active)
         self.output.send(make(spec.Channel.FlowOk, active=method.active))
-        if self.active:
+        if method.active:
             self.redispatch()
 
     def _basic_ack(self, method) -> None:
@@ -218,6 +217,7 @@ class Channel:
         consumers (as RabbitMQ, so that a single active consumer's successor
         gets the returned messages first: they are back before it starts)."""
         self.closing = True
+        self.flow.channel_flow(self.number, True)
         self.confirms.close()
         self.output.close()
         self.consuming.close()
