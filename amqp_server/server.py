@@ -24,14 +24,10 @@ from .errors import CONNECTION_FORCED
 from .management.api import ManagementServer
 from .management.prometheus_listener import PrometheusServer
 from .protocol.connection import CLOSING, OPEN, Connection
+from .protocol.flow import WRITE_HIGH_WATER, WRITE_LOW_WATER
 
 log = logging.getLogger("amqp_server")
 
-# A peer that does not read its socket gets at most this much buffered
-# here: past it deliveries stop and its requests are no longer read (their
-# answers would pile up too), until the buffer drains below the low mark.
-WRITE_HIGH_WATER = 1 << 20
-WRITE_LOW_WATER = 256 << 10
 
 
 class AMQPProtocol(asyncio.Protocol):

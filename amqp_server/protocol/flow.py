@@ -36,6 +36,13 @@ from typing import Protocol
 
 # Bytes of unsent output past which deliveries wait.
 OUTPUT_HIGH_WATER = 1 << 20
+# The transport's buffer limits, which the shell sets: a peer that does not
+# read its socket gets at most this much buffered there; past it the
+# transport pauses our writing (deliveries stop, and its requests are no
+# longer read: their answers would pile up too) until the buffer drains
+# below the low mark.
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 << 10
 
 # The reasons to stop reading, as `reasons()` names them.
 ALARM = "alarm"
