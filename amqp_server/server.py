@@ -24,14 +24,10 @@ from .errors import CONNECTION_FORCED
 from .management.api import ManagementServer
 from .management.prometheus_listener import PrometheusServer
 from .protocol.connection import CLOSING, OPEN, Connection
+from .protocol.flow import WRITE_HIGH_WATER, WRITE_LOW_WATER
 
 log = logging.getLogger("amqp_server")
 
-# A peer that does not read its socket gets at most this much buffered
-# here: past it deliveries stop and its requests are no longer read (their
-# answers would pile up too), until the buffer drains below the low mark.
-WRITE_HIGH_WATER = 1 << 20
-WRITE_LOW_WATER = 256 << 10
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -43,7 +39,6 @@ class AMQPProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._heartbeat_started = False
-        self._reading = True
         # A cluster node's connections may start with a follower's line
         # naming the client it forwards (cluster/forwarding.py).
         config = server.broker.config
@@ -63,6 +58,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.local_host, self.conn.local_port = local[0], local[1]
         self.conn.tls = transport.get_extra_info("sslcontext") is not None
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self.conn.flow.attach(transport)
         self.server.protocols.add(self)
         self._timers["handshake"] = self.loop.call_later(
             self.server.broker.config.handshake_timeout / 1000, self._handshake_expired)
@@ -74,9 +70,7 @@ class AMQPProtocol(asyncio.Protocol):
                 return
         conn = self.conn
         conn.receive_data(data)
-        broker = self.server.broker
-        if conn.publishing and self._reading and (broker.alarms or broker.store_busy):
-            self.apply_alarm()  # a new publisher, or reading resumed meanwhile
+        conn.flow.after_read()  # a new publisher, or reading resumed meanwhile
         self._flush()
 
     def _forwarded(self, data: bytes) -> bytes:
@@ -111,33 +105,13 @@ class AMQPProtocol(asyncio.Protocol):
         return data[end + 1:]
 
     def apply_alarm(self) -> None:
-        """Block a publisher while an alarm is in force, unblock it after;
-        consumers keep being served either way.  A busy store holds
-        publishers back the same way, without telling them."""
-        conn = self.conn
-        if self.transport is None or conn is None:
+        """An alarm or the store's state changed: the connection's flow
+        (protocol/flow.py) blocks or unblocks it and pauses or resumes
+        reading; what it told the client goes out now."""
+        if self.transport is None or self.conn is None:
             return
-        alarms = self.server.broker.alarms
-        if alarms and conn.publishing and not conn.blocked:
-            conn.block("low on " + " and ".join(sorted(alarms)))
-        elif not alarms and conn.blocked:
-            conn.unblock()
-        self._update_reading()
+        self.conn.flow.resources_changed()
         self._flush()
-
-    def _update_reading(self) -> None:
-        """Read from the peer unless a resource alarm blocks it, it publishes
-        while the store is behind, it is not reading what we send, or its
-        refused login waits for the answer."""
-        conn = self.conn
-        should_read = (not conn.blocked and conn.writable and conn.login_refusal is None
-                       and not (conn.publishing and self.server.broker.store_busy))
-        if should_read != self._reading and self.transport is not None:
-            self._reading = should_read
-            if should_read:
-                self.transport.resume_reading()
-            else:
-                self.transport.pause_reading()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -159,7 +133,6 @@ class AMQPProtocol(asyncio.Protocol):
             return
         if conn.login_refusal is not None and "refusal" not in self._timers:
             self._cancel_timers()
-            self._update_reading()
             self._timers["refusal"] = self.loop.call_later(
                 self.server.broker.config.login_failure_delay, self._send_refusal)
             return
@@ -178,7 +151,7 @@ class AMQPProtocol(asyncio.Protocol):
                                                          self._heartbeat)
 
     def _heartbeat(self) -> None:
-        self.conn.heartbeat_tick(self._reading)
+        self.conn.heartbeat_tick()
         self._flush()
         if not self.conn.close_after_flush:
             self._schedule_heartbeat()
@@ -201,11 +174,9 @@ class AMQPProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.conn.pause_writing()
-        self._update_reading()
 
     def resume_writing(self) -> None:
         self.conn.resume_writing()
-        self._update_reading()
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -106,9 +106,19 @@ def test_silence_while_not_read_from_is_not_the_peers():
     heartbeats wait in the socket, so its silence does not count."""
     conn = open_connection(Broker(BrokerConfig()))
     conn.heartbeat = 10
+    conn.flow.attach(PausableTransport())
+    conn.pause_writing()  # the peer does not read: neither do we
     for _ in range(10):
-        conn.heartbeat_tick(reading=False)
+        conn.heartbeat_tick()
     assert not conn.close_after_flush
+
+
+class PausableTransport:
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
 def test_oversized_body_frame_in_one_read_is_a_frame_error():

@@ -140,7 +140,7 @@ def _channels(broker) -> list:
 
 
 def _uncommitted(channel, kind: str) -> int:
-    return sum(1 for action in channel.tx or () if action[0] == kind)
+    return channel.transactions.count(kind)
 
 
 def channel_metrics(broker, vhost=None) -> list[Metric]:

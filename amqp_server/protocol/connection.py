@@ -44,14 +44,12 @@ from ..wire.properties import Layout
 from ..wire.reader import FrameReader, PublishFields, publish_fields, settle_payload
 from ..wire.table import FieldTable, decode_table_body
 from .channel import Channel
+from .flow import Flow
 
 log = logging.getLogger("amqp_server.connection")
 
 _PUBLISH_IDS = struct.pack(">HH", frames.BASIC_CLASS, 40)
 _MIN_FRAME_MAX = 4096
-# Deliveries stop being queued into the output buffer past this many bytes,
-# so a consumer without prefetch cannot pull a whole queue into memory.
-OUTPUT_HIGH_WATER = 1 << 20
 
 AWAIT_HEADER = "header"
 AWAIT_START_OK = "start-ok"
@@ -102,21 +100,19 @@ class Connection:
         self.frame_max = self.config.frame_max
         self.channel_max = self.config.channel_max
         self.heartbeat = 0
-        self.writable = True
         self.close_after_flush = False
         self._reader = FrameReader(self, self.frame_max, self.config.max_message_size)
+        # Whether the peer is read and how much more may be written to it:
+        # the shell attaches the transport, channels and consumers ask it.
+        self.flow = Flow(broker, self._announce_blocked)
         self._out: list[bytes] = []
-        self._out_size = 0
         self._in_receive = False
-        self._starved = False
         self._confirming: list[Channel] = []
         self._received_since_tick = True
         self._sent_since_tick = False
         self._silent_ticks = 0
         self.mechanism = ""
-        self.publishing = False  # has published: a resource alarm blocks it
         self.login_refusal: bytes | None = None
-        self.blocked = False
 
     # ---- output --------------------------------------------------------
 
@@ -126,17 +122,12 @@ class Connection:
         if not self._out and not self._in_receive:
             self._wakeup()
         self._out.append(data)
-        self._out_size += len(data)
+        self.flow.buffered += len(data)
 
-    def can_write(self) -> bool:
-        if self.writable and self._out_size < OUTPUT_HIGH_WATER:
-            return True
-        self._starved = True
-        return False
-
-    def output_room(self) -> int:
-        """Bytes that may still be queued for the peer before deliveries wait."""
-        return OUTPUT_HIGH_WATER - self._out_size
+    @property
+    def publishing(self) -> bool:
+        """Has published (what a resource alarm blocks)."""
+        return self.flow.publishing
 
     def confirms_due(self, channel: Channel) -> None:
         if not self._confirming and not self._in_receive:
@@ -153,21 +144,20 @@ class Connection:
             return b""
         data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
         self._out = []
-        self._out_size = 0
+        self.flow.buffered = 0
         self._sent_since_tick = True
         return data
 
     def flushed(self) -> None:
         """The shell wrote our output; deliveries held back may go on."""
-        if self._starved and self.writable and self.state == OPEN:
-            self._starved = False
+        if self.state == OPEN and self.flow.drained():
             self.redispatch()
 
     def pause_writing(self) -> None:
-        self.writable = False
+        self.flow.pause_writing()
 
     def resume_writing(self) -> None:
-        self.writable = True
+        self.flow.resume_writing()
         if self.state == OPEN:
             self.redispatch()
 
@@ -210,8 +200,8 @@ class Connection:
         if channel is None or channel.closing:
             self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
             return
-        self.publishing = True
-        if channel._publish is not None or channel.tx is not None or fields.immediate:
+        self.flow.publishing = True
+        if fields.immediate or not channel.takes_whole_publishes():
             self._publishes_one_frame_at_a_time(number, fields, (header,), (body,))
             return
         try:
@@ -228,8 +218,8 @@ class Connection:
         if channel is None or channel.closing:
             self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
             return
-        self.publishing = True
-        if channel._publish is not None or channel.tx is not None or fields.immediate:
+        self.flow.publishing = True
+        if fields.immediate or not channel.takes_whole_publishes():
             self._publishes_one_frame_at_a_time(number, fields, headers, bodies)
             return
         exchange, routing_key, route, mandatory, _, routing_keys, _ = fields
@@ -343,21 +333,16 @@ class Connection:
         fields = publish_fields(payload)
         if fields is None:
             raise AMQPError(SYNTAX_ERROR, "malformed basic.publish")
-        self.publishing = True
+        self.flow.publishing = True
         self._on_channel(channel, channel.start_publish, fields.exchange, fields.routing_key,
                          fields.route, fields.mandatory, fields.immediate, ids=(60, 40))
 
-    def block(self, reason: str) -> None:
-        """A resource alarm: tell the client (if it asked to know) that it is
-        blocked; the shell stops reading from it."""
-        self.blocked = True
+    def _announce_blocked(self, reason: str | None) -> None:
+        """The flow blocked the connection for a resource alarm (`reason`)
+        or unblocked it (None): the client hears of it if it asked to."""
         if self.capabilities.get("connection.blocked") and self.state == OPEN:
-            self._send_method(0, make(spec.Connection.Blocked, reason=reason))
-
-    def unblock(self) -> None:
-        self.blocked = False
-        if self.capabilities.get("connection.blocked") and self.state == OPEN:
-            self._send_method(0, make(spec.Connection.Unblocked))
+            self._send_method(0, make(spec.Connection.Blocked, reason=reason)
+                              if reason is not None else make(spec.Connection.Unblocked))
 
     def _on_channel(self, channel: Channel, handler, *args, ids: tuple = (0, 0)) -> None:
         """Run a channel's handler; its error closes the channel (or the
@@ -507,6 +492,7 @@ class Connection:
         self.login_refusal = refusal
         self.state = CLOSED
         self._reader.stop()
+        self.flow.refuse_login()
 
     def _tune_ok(self, method) -> None:
         frame_max = method.frame_max
@@ -561,12 +547,11 @@ class Connection:
                             error.reply_text)
                 self.channel_error(channel, error)
 
-    def heartbeat_tick(self, reading: bool = True) -> None:
-        """Called every heartbeat/2 seconds by the shell, which says whether
-        it reads from the peer."""
+    def heartbeat_tick(self) -> None:
+        """Called every heartbeat/2 seconds by the shell."""
         if self.state == CLOSED or not self.heartbeat:
             return
-        if self._received_since_tick or not reading:
+        if self._received_since_tick or not self.flow.reading:
             # A connection we do not read from (blocked, paused): its
             # silence is ours.
             self._silent_ticks = 0

@@ -1,4 +1,8 @@
-"""A consumer: one basic.consume on one channel, with its prefetch window."""
+"""A consumer: one basic.consume on one channel, with its prefetch window.
+
+What a queue's dispatch asks of it (broker/queue/dispatch.py): `can_take`,
+`room`, `output_room`, `take`, `take_many`, `cancelled_by_broker`.  The
+room for writing is its connection's flow control (protocol/flow.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +15,16 @@ ROOM_CEILING = 1000
 
 
 class Consumer:
-    __slots__ = ("tag", "tag_bytes", "channel", "queue", "no_ack", "exclusive",
-                 "prefetch", "unacked", "arguments", "priority")
+    __slots__ = ("tag", "tag_bytes", "channel", "deliveries", "flow", "queue", "no_ack",
+                 "exclusive", "prefetch", "unacked", "arguments", "priority")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
                  prefetch: int, arguments, priority: int = 0) -> None:
         self.tag = tag
         self.tag_bytes = shortstr(tag)  # encoded once, written on every delivery
         self.channel = channel
+        self.deliveries = channel.deliveries  # the channel's part that delivers
+        self.flow = channel.flow
         self.queue = queue
         self.no_ack = no_ack
         self.exclusive = exclusive
@@ -31,12 +37,13 @@ class Consumer:
     def can_take(self) -> bool:
         if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
             return False
-        # Channel.can_deliver, inlined: this runs once per delivery.
+        # The channel's limits, read in place: this runs once per delivery.
         channel = self.channel
-        return (channel.active and not channel.closing
-                and (not channel.global_prefetch
-                     or len(channel.unacked) < channel.global_prefetch)
-                and channel.conn.can_write())
+        deliveries = self.deliveries
+        return (not channel.closing
+                and (not deliveries.global_prefetch
+                     or len(deliveries.unacked) < deliveries.global_prefetch)
+                and self.flow.can_deliver(channel.number))
 
     def room(self) -> int:
         """How many messages this consumer may take now: its prefetch window
@@ -46,20 +53,20 @@ class Consumer:
         room = ROOM_CEILING
         if self.prefetch and not self.no_ack:
             room = self.prefetch - self.unacked
-        channel = self.channel
-        if channel.global_prefetch:
-            room = min(room, channel.global_prefetch - len(channel.unacked))
+        deliveries = self.deliveries
+        if deliveries.global_prefetch:
+            room = min(room, deliveries.global_prefetch - len(deliveries.unacked))
         return room
 
     def output_room(self) -> int:
         """Bytes of deliveries the connection may still queue for the peer."""
-        return self.channel.conn.output_room()
+        return self.flow.room()
 
     def take(self, queue, entry) -> None:
-        self.channel.deliver(self, queue, entry)
+        self.deliveries.deliver(self, queue, entry)
 
     def take_many(self, queue, entries: list) -> None:
-        self.channel.deliver_many(self, queue, entries)
+        self.deliveries.deliver_many(self, queue, entries)
 
     def cancelled_by_broker(self) -> None:
         """The queue went away under this consumer (queue.delete, expiry)."""

@@ -12,6 +12,12 @@ instead notes the channel's next delivery tag with the time, so a tag is
 known to have been delivered by the first note past it.  A check every
 second therefore fires at most a second or two late; RabbitMQ's, on its
 60 s channel tick, up to a minute late.
+
+Owns: those notes of (next delivery tag, time).
+Needs: the channel's deliveries (the oldest outstanding one and the next
+tag) and the broker's config (the default timeout).
+
+Interface: `overdue`.
 """
 
 from __future__ import annotations
@@ -19,22 +25,33 @@ from __future__ import annotations
 from collections import deque
 
 from ...errors import PRECONDITION_FAILED, AMQPError
+from .deliveries import Deliveries
 
 
-class AckDeadlinePart:
+class AckDeadline:
+    __slots__ = ("number", "_marks", "_deliveries", "_config")
+
+    def __init__(self, number: int, deliveries: Deliveries, config) -> None:
+        self.number = number
+        self._marks: deque[tuple[int, float]] = deque()  # (next tag, ms)
+        self._deliveries = deliveries
+        self._config = config
+
     def overdue(self, now_ms: float) -> AMQPError | None:
         """The 406 that closes this channel when its oldest delivery has
         waited too long for its acknowledgement, else None."""
-        marks: deque = self._ack_marks
-        if not self.unacked:
+        marks = self._marks
+        unacked = self._deliveries.unacked
+        next_tag = self._deliveries.next_tag
+        if not unacked:
             marks.clear()
             return None
-        if not marks or marks[-1][0] != self.next_tag:
-            marks.append((self.next_tag, now_ms))
-        oldest = next(iter(self.unacked))
+        if not marks or marks[-1][0] != next_tag:
+            marks.append((next_tag, now_ms))
+        oldest = next(iter(unacked))
         while marks[0][0] <= oldest:  # notes from before it was delivered
             marks.popleft()
-        timeout = self._timeout_for(self.unacked[oldest][0])
+        timeout = self._timeout_for(unacked[oldest][0])
         if timeout is None or now_ms - marks[0][1] <= timeout:
             return None
         return AMQPError(
@@ -46,7 +63,7 @@ class AckDeadlinePart:
     def _timeout_for(self, queue) -> int | None:
         timeout = queue.settings.consumer_timeout
         if timeout is None:
-            timeout = self.conn.config.consumer_timeout
+            timeout = self._config.consumer_timeout
             return timeout if timeout >= 0 else None
         # Only an integer is enforced (a float or a string turns it off).
         return timeout if isinstance(timeout, int) and not isinstance(timeout, bool) else None

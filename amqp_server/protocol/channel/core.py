@@ -1,118 +1,141 @@
-"""One AMQP channel, built from parts with one concern each: publishing,
-confirms, consuming, settling, declaring and transactions.
+"""One AMQP channel, composed of parts with one concern each, every part an
+object that owns its state and says at its top what it owns and needs:
 
-The channel talks to the broker model (virtual host, queues) directly and
-writes frames into its connection's output buffer; it performs no I/O.
-Errors are raised as `AMQPError`; the connection turns a soft one into
-channel.close and a hard one into connection.close.
+- output.py: what the channel writes, some of it held until on disk;
+- deliveries.py: deliveries, their tags, and acks/rejects/recover on them;
+- consuming.py: consumers, basic.qos and basic.get;
+- publishing.py: a publish's frames assembled and handed to the vhost;
+- confirms.py: returns and publisher confirms;
+- transactions.py: tx.select/commit/rollback;
+- declaring.py (and names.py): exchange.* and queue.*;
+- replying.py: direct reply-to;
+- ack_deadline.py: the consumer timeout.
+
+The channel builds them, hands each the others it needs, and dispatches
+methods to them; the parts call each other's public methods only.  It
+talks to the broker model (virtual host, queues) and writes frames into
+its connection's output buffer; it performs no I/O.  Errors are raised as
+`AMQPError`; the connection turns a soft one into channel.close and a hard
+one into connection.close.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 from pamqp import commands as spec
 
-from ...errors import AMQPError, unexpected_frame
+from ...errors import AMQPError, not_implemented, unexpected_frame
 from ...storage.definition_log import NO_JOURNAL
-from ...wire import frames
 from ...wire.methods import make
 from ..consumer import Consumer
-from .ack_deadline import AckDeadlinePart
-from .confirms import ConfirmsPart
-from .consuming import ConsumingPart
-from .declaring import DeclaringPart
-from .publishing import PublishingPart
-from .replying import ReplyingPart
-from .settling import SettlingPart
-from .transactions import TransactionsPart
+from .ack_deadline import AckDeadline
+from .confirms import Confirms
+from .consuming import Consuming
+from .declaring import Declaring
+from .deliveries import Deliveries, Taken
+from .names import QueueNames
+from .output import ChannelOutput
+from .publishing import Publishing
+from .replying import Replies
+from .transactions import Transactions
 
 
-class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, DeclaringPart,
-              TransactionsPart, AckDeadlinePart, ReplyingPart):
+class Channel:
     def __init__(self, connection, number: int) -> None:
         self.conn = connection
+        self.flow = connection.flow
         self.number = number
-        self.vhost = connection.vhost
+        self.vhost = vhost = connection.vhost
         self.closing = False
-        self.active = True  # channel.flow
-        self.consumers: dict[str, Consumer] = {}
-        # delivery tag -> (queue, entry, consumer or None for basic.get)
-        self.unacked: dict[int, tuple] = {}
-        self.next_tag = 1
-        self._ack_marks: deque[tuple[int, float]] = deque()  # (next tag, ms): ack_deadline
-        self.consumer_prefetch = 0
-        self.global_prefetch = 0
-        self.confirm = False
-        self.publish_seq = 0
-        self.confirmed_upto = 0
-        self._confirm_pending = False
-        self._nacks: list[int] = []  # publish seqs a full queue refused
-        # (publish seq, store generation): confirms that wait for an fsync
-        # (publish seq, store generation, definition log generation):
-        # confirms that wait for an fsync of the message and of the
-        # definitions (its queue's declaration) changed before it.
-        self._durable_waits: deque[tuple[int, int, int]] = deque()
-        # persist-delivery-count-before-delivery: (store generation, frames)
-        # of deliveries held until their count record is on disk, in order.
-        self._held: deque[tuple[int, int, bytes]] = deque()
-        self._journal = connection.broker.journal or NO_JOURNAL
-        self.count_before_delivery = (connection.broker.config
-                                      .persist_delivery_count_before_delivery)
-        self.tx: list | None = None
-        self.last_queue = ""
-        self._cancels_held: list[str] | None = None  # during queue.delete (declaring)
-        # content being assembled: (exchange, routing key, route bytes, mandatory)
-        self._publish: tuple | None = None
-        self._header: bytes | None = None
-        self._body: list[bytes] = []
-        self._body_left = 0
+        broker = connection.broker
+        self.output = output = ChannelOutput(number, connection, broker.journal or NO_JOURNAL,
+                                             self)
+        self.confirms = confirms = Confirms(number, connection, output, self)
+        self.deliveries = deliveries = Deliveries(
+            number, connection, output, broker.config.persist_delivery_count_before_delivery,
+            self._consumed_queues)
+        self.replies = replies = Replies(number, connection, output, deliveries)
+        self.transactions = transactions = Transactions(number, vhost, confirms, deliveries,
+                                                        output)
+        self.names = names = QueueNames(vhost, connection)
+        self.consuming = consuming = Consuming(self, names, deliveries, replies, output)
+        self.declaring = declaring = Declaring(vhost, connection, names, consuming, replies,
+                                               output)
+        self.publishing = publishing = Publishing(vhost, connection, confirms, transactions,
+                                                  replies)
+        self.ack_deadline = AckDeadline(number, deliveries, connection.config)
+        # The connection's calls, straight to the part that answers them.
+        self.start_publish = publishing.start
+        self.content_header = publishing.content_header
+        self.content_body = publishing.content_body
+        self.publish = publishing.publish
+        self.publish_run = publishing.publish_run
+        self.flush_confirms = confirms.flush
+        self.overdue = self.ack_deadline.overdue
+        self.redispatch = consuming.redispatch
+        self.consumer_cancelled = consuming.consumer_cancelled
         self._handlers = {
-            spec.Basic.Qos: self._basic_qos,
-            spec.Basic.Consume: self._basic_consume,
-            spec.Basic.Cancel: self._basic_cancel,
-            spec.Basic.Get: self._basic_get,
+            spec.Basic.Qos: consuming.qos,
+            spec.Basic.Consume: consuming.consume,
+            spec.Basic.Cancel: consuming.cancel,
+            spec.Basic.Get: consuming.get,
             spec.Basic.Ack: self._basic_ack,
             spec.Basic.Reject: self._basic_reject,
             spec.Basic.Nack: self._basic_nack,
             spec.Basic.Recover: self._basic_recover,
             spec.Basic.RecoverAsync: self._basic_recover_async,
-            spec.Exchange.Declare: self._exchange_declare,
-            spec.Exchange.Delete: self._exchange_delete,
-            spec.Exchange.Bind: self._exchange_bind,
-            spec.Exchange.Unbind: self._exchange_unbind,
-            spec.Queue.Declare: self._queue_declare,
-            spec.Queue.Bind: self._queue_bind,
-            spec.Queue.Unbind: self._queue_unbind,
-            spec.Queue.Purge: self._queue_purge,
-            spec.Queue.Delete: self._queue_delete,
-            spec.Tx.Select: self._tx_select,
-            spec.Tx.Commit: self._tx_commit,
-            spec.Tx.Rollback: self._tx_rollback,
-            spec.Confirm.Select: self._confirm_select,
+            spec.Exchange.Declare: declaring.exchange_declare,
+            spec.Exchange.Delete: declaring.exchange_delete,
+            spec.Exchange.Bind: declaring.exchange_bind,
+            spec.Exchange.Unbind: declaring.exchange_unbind,
+            spec.Queue.Declare: declaring.queue_declare,
+            spec.Queue.Bind: declaring.queue_bind,
+            spec.Queue.Unbind: declaring.queue_unbind,
+            spec.Queue.Purge: declaring.queue_purge,
+            spec.Queue.Delete: declaring.queue_delete,
+            spec.Tx.Select: lambda method: transactions.select(),
+            spec.Tx.Commit: lambda method: transactions.commit(),
+            spec.Tx.Rollback: lambda method: transactions.rollback(),
+            spec.Confirm.Select: lambda method: confirms.select(
+                method.nowait, transactions.actions is not None),
             spec.Channel.Flow: self._channel_flow,
             spec.Channel.FlowOk: lambda method: None,
         }
 
-    def send(self, method) -> None:
-        frame = frames.method_frame(self.number, method)
-        journal = self._journal
-        if self._held or (journal.replicating and journal.written > journal.synced):
-            # A clustered leader: what a reply promises (a durable queue
-            # declared, a binding made) is on every in-sync copy before the
-            # reply goes; later replies wait behind it, in order.
-            self._held.append((0, journal.written, frame))
-            self._wait_for_disk(0, journal.written)
-            return
-        self.conn.write(frame)
+    # ---- what the connection and management read -----------------------
 
-    def can_deliver(self) -> bool:
-        return (self.active and not self.closing
-                and (not self.global_prefetch or len(self.unacked) < self.global_prefetch)
-                and self.conn.can_write())
+    @property
+    def unacked(self) -> dict[int, tuple]:
+        return self.deliveries.unacked
+
+    @property
+    def global_prefetch(self) -> int:
+        return self.deliveries.global_prefetch
+
+    @property
+    def consumers(self) -> dict[str, Consumer]:
+        return self.consuming.consumers
+
+    @property
+    def consumer_prefetch(self) -> int:
+        return self.consuming.prefetch
+
+    @property
+    def confirm(self) -> bool:
+        return self.confirms.on
+
+    @property
+    def tx(self) -> list | None:
+        return self.transactions.actions
+
+    def takes_whole_publishes(self) -> bool:
+        """May publishes read whole with their content go to `publish`? Not
+        while content is assembled frame by frame or in a transaction."""
+        return self.transactions.actions is None and not self.publishing.assembling()
+
+    # ---- methods -------------------------------------------------------
 
     def handle_method(self, method) -> None:
-        if self._publish is not None:
+        if self.publishing.assembling():
             raise unexpected_frame(
                 "expected content header for class 60, got non content header frame instead")
         handler = self._handlers.get(type(method))
@@ -123,28 +146,86 @@ class Channel(PublishingPart, ConfirmsPart, ConsumingPart, SettlingPart, Declari
     def _channel_flow(self, method) -> None:
         # RabbitMQ refuses active=false (540); we honour it as the spec asks:
         # deliveries pause until the client sends active=true again.
-        self.active = method.active
-        self.send(make(spec.Channel.FlowOk, active=method.active))
-        if self.active:
+        self.flow.channel_flow(self.number, method.active)
+        self.output.send(make(spec.Channel.FlowOk, active=method.active))
+        if method.active:
             self.redispatch()
+
+    def _basic_ack(self, method) -> None:
+        self.ack(method.delivery_tag, method.multiple)
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        self._acked(self.deliveries.take(tag, multiple))
+
+    def _basic_reject(self, method) -> None:
+        self._rejected(self.deliveries.take(method.delivery_tag, False), method.requeue)
+
+    def _basic_nack(self, method) -> None:
+        self._rejected(self.deliveries.take(method.delivery_tag, method.multiple),
+                       method.requeue)
+
+    def settle_each(self, method_id: int, tags: list[int], requeue: bool) -> None:
+        """Single basic.ack, basic.reject or basic.nack frames (`method_id`
+        80, 90 or 120) read back to back: taken one by one, settled in one
+        step.  An unknown tag settles those before it, then closes the
+        channel, as one frame at a time would."""
+        taken, error = self.deliveries.take_each(method_id, tags)
+        if taken:
+            if method_id == 80:
+                self._acked(taken)
+            else:
+                self._rejected(taken, requeue)
+        if error is not None:
+            raise error
+
+    def _acked(self, taken: Taken) -> None:
+        if self.transactions.actions is not None:
+            self.transactions.ack(taken)
+        else:
+            self.deliveries.settle(taken)
+
+    def _rejected(self, taken: Taken, requeue: bool) -> None:
+        if self.transactions.actions is not None:
+            self.transactions.reject(taken, requeue)
+        elif requeue:
+            self.deliveries.requeue(taken)
+        else:
+            self.deliveries.discard(taken)
+
+    def _basic_recover_async(self, method) -> None:
+        if not method.requeue:
+            raise not_implemented("requeue=false")
+        self.deliveries.requeue(self.deliveries.take_all())
+
+    def _basic_recover(self, method) -> None:
+        self._basic_recover_async(method)
+        self.output.send(make(spec.Basic.RecoverOk))
+
+    # ---- callbacks -----------------------------------------------------
+
+    def durable_progress(self) -> None:
+        """The stores synced (they call the channel back): held replies and
+        confirms waiting for them may go out."""
+        self.output.release()
+        self.confirms.durable_progress()
+
+    def _consumed_queues(self):
+        return self.consuming.queues()
 
     def release(self) -> None:
         """Channel closing: requeue what is unacknowledged, then cancel the
         consumers (as RabbitMQ, so that a single active consumer's successor
         gets the returned messages first: they are back before it starts)."""
         self.closing = True
-        self._publish = None
-        self._header = None
-        self._body = []
-        taken = list(self.unacked.items())
-        self.unacked.clear()
-        if self.tx:
-            taken.extend(pair for action in self.tx if action[0] != "publish"
-                         for pair in action[1])
-            self.tx = None
-        self._requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)
-        self._stop_replies()
-        consumers = list(self.consumers.values())
-        self.consumers.clear()
-        for consumer in consumers:
-            self._detach(consumer)
+        self.flow.channel_flow(self.number, True)
+        self.confirms.close()
+        self.output.close()
+        self.consuming.close()
+        self.publishing.reset()
+        # First, so that no reply reaches the channel while its deliveries
+        # go back (a requeue may dead-letter, and a dead letter may be one).
+        self.replies.stop()
+        taken = self.deliveries.take_all()
+        taken.extend(self.transactions.abandon())
+        self.deliveries.requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)
+        self.consuming.detach_all()

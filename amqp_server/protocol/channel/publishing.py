@@ -1,7 +1,21 @@
-"""The channel's publishing part: a publish's frames assembled and handed
-to the virtual host's one publish path (broker/publishing.py: checked,
-routed, queued and counted there), one at a time or as a run; what the
-publisher hears back: mandatory returns and confirms."""
+"""A channel's publishes: a publish's frames assembled and handed to the
+virtual host's one publish path (broker/publishing.py: checked, routed,
+queued and counted there), one at a time or as a run, or to the open
+transaction.
+
+Owns: the publish being assembled (its basic.publish fields, content
+header, body frames so far and the bytes still due).
+Needs: the virtual host and the connection (the user's grant, the message
+size limit), the channel's confirms (confirm mode; what the publisher
+hears), transactions (a publish in a transaction waits for commit) and
+direct reply-to (the name a reply_to of the pseudo-queue becomes).
+
+Interface: `start`, `content_header`, `content_body` (frame by frame),
+`publish` and `publish_run` (publishes read whole: the connection's fast
+path, which skips the assembly but meets the same publish path; the tests
+in tests/test_publish_runs.py hold the two to the same observable
+outcome), `assembling`, `reset`.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +23,52 @@ import struct
 
 from ...broker.message import HEADER_PREFIX, Message
 from ...errors import (
-    NO_ROUTE,
     SYNTAX_ERROR,
     AMQPError,
     not_implemented,
     precondition_failed,
     unexpected_frame,
 )
-from ...wire import frames
 from ...wire.properties import scan_properties
+from .confirms import Confirms
+from .replying import Replies
+from .transactions import Transactions
 
 _BODY_SIZE = struct.Struct(">Q")
 _HEADER_CLASS = struct.Struct(">H")
 BASIC_PUBLISH = (60, 40)
 
 
-class PublishingPart:
-    def start_publish(self, exchange: str, routing_key: str, route: bytes,
-                      mandatory: bool, immediate: bool) -> None:
+class Publishing:
+    __slots__ = ("_publish", "_header", "_body", "_body_left", "_vhost", "_conn",
+                 "_confirms", "_transactions", "_replies")
+
+    def __init__(self, vhost, connection, confirms: Confirms, transactions: Transactions,
+                 replies: Replies) -> None:
+        # content being assembled: (exchange, routing key, route bytes, mandatory)
+        self._publish: tuple | None = None
+        self._header: bytes | None = None
+        self._body: list[bytes] = []
+        self._body_left = 0
+        self._vhost = vhost
+        self._conn = connection
+        self._confirms = confirms
+        self._transactions = transactions
+        self._replies = replies
+
+    def assembling(self) -> bool:
+        """Is a publish's content being read frame by frame?"""
+        return self._publish is not None
+
+    def reset(self) -> None:
+        """The channel closed: the content being assembled is dropped."""
+        self._publish = None
+        self._header = None
+        self._body = []
+
+    def start(self, exchange: str, routing_key: str, route: bytes, mandatory: bool,
+              immediate: bool) -> None:
+        """basic.publish: its content frames follow."""
         if self._publish is not None:
             raise unexpected_frame(
                 "expected content body, got non content body frame instead"
@@ -77,7 +119,7 @@ class PublishingPart:
         except ValueError as exc:
             raise AMQPError(SYNTAX_ERROR, f"malformed content header: {exc}") from None
         (size,) = _BODY_SIZE.unpack_from(payload, 4)
-        limit = self.conn.config.max_message_size
+        limit = self._conn.config.max_message_size
         if size > limit:
             self._publish = None
             raise precondition_failed(
@@ -97,48 +139,36 @@ class PublishingPart:
                 self._body.append(payload)
                 payload = b"".join(self._body)
                 self._body = []
+            assert self._header is not None
             self._complete(self._header, payload)
         else:
             self._body.append(payload)
             self._body_left = left
 
     def _complete(self, header: bytes, body: bytes) -> None:
+        assert self._publish is not None
         exchange, routing_key, route, mandatory = self._publish
         self._publish = None
         self._header = None
         message = Message(exchange, routing_key, route, header, body)
-        if self.tx is not None:
-            self._publish_in_tx(message, mandatory)
+        if self._transactions.actions is not None:
+            self._transactions.publish(message, mandatory, self._conn.grant, self._replies.name)
         else:
             self.publish(message, mandatory)
 
-    def _allow(self, kind: str, resource: str, name: str) -> None:
-        """403 unless the user may `kind` (configure/write/read) the resource."""
-        grant = self.conn.grant
-        if not grant.unrestricted:
-            grant.check(kind, resource, name)
-
     def publish(self, message: Message, mandatory: bool, layout=None) -> None:
         """`layout`: where scan_properties found its headers and expiration."""
-        outcome = self.vhost.publish(message, self.conn.grant, mandatory, self.confirm,
-                                     self.reply_name, layout)
-        if mandatory or self.confirm:
-            self._answer(message, outcome, mandatory)
+        confirms = self._confirms
+        outcome = self._vhost.publish(message, self._conn.grant, mandatory, confirms.on,
+                                      self._replies.name, layout)
+        if mandatory or confirms.on:
+            confirms.answer(message, outcome, mandatory)
 
     def publish_run(self, messages: list, mandatory: bool, layouts: list | None = None) -> None:
         """Messages published back to back to the same exchange with the
-        same routing key, read together (connection._fused_publish): the
+        same routing key, read together (the connection's on_publish_run): the
         same outcome as `publish` for each, answered in order."""
-        self.vhost.publish_run(messages, self.conn.grant, mandatory, self.confirm,
-                               self.reply_name, layouts,
-                               self._answer if mandatory or self.confirm else None)
-
-    def _publish_in_tx(self, message: Message, mandatory: bool) -> None:
-        """Checked and routed when it arrives, queued at commit (transactions)."""
-        routed = self.vhost.check_and_route(message, self.conn.grant, self.reply_name)
-        self.tx.append(("publish", routed, mandatory))
-
-    def _return_unroutable(self, message: Message) -> None:
-        self.conn.write(frames.basic_return(
-            self.number, NO_ROUTE, "NO_ROUTE", message.route, message.header,
-            message.body, self.conn.frame_max))
+        confirms = self._confirms
+        self._vhost.publish_run(messages, self._conn.grant, mandatory, confirms.on,
+                                self._replies.name, layouts,
+                                confirms.answer if mandatory or confirms.on else None)

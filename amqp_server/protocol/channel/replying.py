@@ -1,7 +1,17 @@
-"""The channel's direct reply-to part (broker/direct_reply.py): consuming
-the pseudo-queue, replies delivered, and declares of the pseudo-queue, each
-as rabbit_channel does them (requests whose reply_to names it are checked
-and renamed by the publish path, broker/publishing.py)."""
+"""A channel's direct reply-to (broker/direct_reply.py): consuming the
+pseudo-queue, replies delivered, and declares of the pseudo-queue, each as
+rabbit_channel does them (requests whose reply_to names it are checked and
+renamed by the publish path, broker/publishing.py).
+
+Owns: the reply consumer (its tag, encoded once) and the name requests
+carry while it is there.
+Needs: the connection (`write`, `frame_max`, the broker's registry of reply
+names), the channel's output (`send`) and its deliveries (`next_tag`: a
+reply carries the tag the next delivery will also carry, as RabbitMQ's).
+
+Interface: `consume`, `cancel`, `stop`, `check_declare`, `deliver_reply`
+(called by the registry), `name`, `names_reply_queue`.
+"""
 
 from __future__ import annotations
 
@@ -13,59 +23,65 @@ from ...errors import not_found, precondition_failed, resource_name
 from ...wire import frames
 from ...wire.frames import shortstr
 from ...wire.methods import make
+from .deliveries import Deliveries
+from .output import ChannelOutput
 
 
-class ReplyingPart:
-    # (consumer tag, its encoded form) or None
-    reply_consumer: tuple[str, bytes] | None = None
-    # The name requests carry, what a reply_to naming the pseudo-queue
-    # becomes (broker/publishing.py); None while no reply consumer.
-    reply_name: str | None = None
+class Replies:
+    __slots__ = ("number", "name", "_consumer", "_conn", "_output", "_deliveries")
 
-    def _consume_replies(self, method) -> None:
+    def __init__(self, number: int, connection, output: ChannelOutput,
+                 deliveries: Deliveries) -> None:
+        self.number = number
+        # The name requests carry, what a reply_to naming the pseudo-queue
+        # becomes (broker/publishing.py); None while no reply consumer.
+        self.name: str | None = None
+        self._consumer: tuple[str, bytes] | None = None  # (tag, its encoded form)
+        self._conn = connection
+        self._output = output
+        self._deliveries = deliveries
+
+    @staticmethod
+    def names_reply_queue(name: str) -> bool:
+        return name == PSEUDO_QUEUE or name.startswith(PREFIX)
+
+    def consume(self, method) -> None:
+        """basic.consume of the pseudo-queue."""
         if not method.no_ack:
             raise precondition_failed("reply consumer cannot acknowledge")
-        if self.reply_consumer is not None:
+        if self._consumer is not None:
             raise precondition_failed("reply consumer already set")
         tag = method.consumer_tag or server_generated_name("amq.ctag")
-        self.reply_name = self.conn.broker.replies.register(self)
-        self.reply_consumer = (tag, shortstr(tag))
+        self.name = self._conn.broker.replies.register(self)
+        self._consumer = (tag, shortstr(tag))
         if not method.nowait:
-            self.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))
+            self._output.send(make(spec.Basic.ConsumeOk, consumer_tag=tag))
 
-    def _cancel_replies(self, tag: str) -> bool:
+    def cancel(self, tag: str) -> bool:
         """basic.cancel of the reply consumer; False for any other tag."""
-        if self.reply_consumer is None or self.reply_consumer[0] != tag:
+        if self._consumer is None or self._consumer[0] != tag:
             return False
-        self._stop_replies()
+        self.stop()
         return True
 
-    def _stop_replies(self) -> None:
-        if self.reply_consumer is not None:
-            self.conn.broker.replies.unregister(self.reply_name)
-            self.reply_consumer = None
-            self.reply_name = None
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._conn.broker.replies.unregister(self.name)
+            self._consumer = None
+            self.name = None
 
-    def _declare_reply_queue(self, name: str, nowait: bool) -> None:
+    def check_declare(self, name: str) -> None:
         """queue.declare of the pseudo-queue (always there) or of a reply
-        name (there while its consumer is): 0 messages, 1 consumer."""
-        if name != PSEUDO_QUEUE and not self.conn.broker.replies.knows(name):
-            raise not_found(f"no {resource_name('queue', name, self.vhost.name)}")
-        self.last_queue = name
-        if not nowait:
-            self.send(make(spec.Queue.DeclareOk, queue=name, message_count=0,
-                           consumer_count=1))
+        name (there while its consumer is), else 404."""
+        if name != PSEUDO_QUEUE and not self._conn.broker.replies.knows(name):
+            raise not_found(f"no {resource_name('queue', name, self._conn.vhost.name)}")
 
     def deliver_reply(self, message) -> None:
         """A reply, as basic.deliver to the reply consumer: not tracked (no
         ack), and with the delivery tag the next delivery will also carry,
         as RabbitMQ's (its tag is not taken)."""
-        if self.closing or self.reply_consumer is None:
+        if self._consumer is None:
             return
-        self.conn.write(frames.deliver(
-            self.number, self.reply_consumer[1], self.next_tag, False, message.route,
-            message.header, message.body, self.conn.frame_max))
-
-    @staticmethod
-    def _names_a_reply_queue(name: str) -> bool:
-        return name == PSEUDO_QUEUE or name.startswith(PREFIX)
+        self._output.write(frames.deliver(
+            self.number, self._consumer[1], self._deliveries.next_tag, False, message.route,
+            message.header, message.body, self._conn.frame_max))

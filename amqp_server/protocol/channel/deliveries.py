@@ -1,0 +1,249 @@
+"""A channel's deliveries: the frames that carry messages to its consumers
+(and basic.get's answers), the delivery tags they take, and what becomes of
+them when the client acks, rejects, nacks or recovers them.
+
+Owns: the next delivery tag, the deliveries not yet acknowledged (tag ->
+(queue, entry, consumer or None for basic.get), in tag order) and the
+channel-wide prefetch limit (basic.qos global) that counts them.
+Needs: the connection (`frame_max`, the broker's counters and store), the
+channel's output (`write`, `write_when_on_disk`), whether deliveries are
+counted on disk before they go out (Artemis's
+persist-delivery-count-before-delivery), and `consumed_queues`, the queues
+the channel's consumers read (a channel-wide limit lifted by a settlement
+may let any of them deliver).
+
+Interface: `deliver`, `deliver_many`, `deliver_got`, `take`, `take_each`,
+`take_all`, `settle`, `requeue`, `discard`, `restore`; consumers read
+`unacked` and `global_prefetch` for their room (protocol/consumer.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from itertools import islice
+from operator import attrgetter, itemgetter
+
+from ...errors import AMQPError, precondition_failed
+from ...wire import frames
+from ..consumer import Consumer
+from .output import ChannelOutput
+
+_REDELIVERED = attrgetter("redelivered")
+# Parts of the (tag, (queue, entry, consumer)) pairs taken from `unacked`.
+_RECORD = itemgetter(1)
+_ENTRY = itemgetter(1)
+_CONSUMER = itemgetter(2)
+
+Taken = list[tuple[int, tuple]]
+
+
+class Deliveries:
+    __slots__ = ("number", "next_tag", "unacked", "global_prefetch", "_conn", "_counters",
+                 "_output", "_count_first", "_consumed_queues")
+
+    def __init__(self, number: int, connection, output: ChannelOutput, count_first: bool,
+                 consumed_queues: Callable[[], Iterable]) -> None:
+        self.number = number
+        self.next_tag = 1
+        self.unacked: dict[int, tuple] = {}
+        self.global_prefetch = 0
+        self._conn = connection
+        self._counters = connection.broker.counters
+        self._output = output
+        self._count_first = count_first
+        self._consumed_queues = consumed_queues
+
+    # ---- handing messages out ------------------------------------------
+
+    def deliver(self, consumer: Consumer, queue, entry) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        message = entry.message
+        data = frames.deliver(
+            self.number, consumer.tag_bytes, tag, entry.redelivered, message.route,
+            message.header, message.body, self._conn.frame_max)
+        if self._count_first:
+            self._write_counted(queue, entry, data)
+        else:
+            self._output.write(data)
+        self._counters.delivered(queue, 1, consumer.no_ack, entry.redelivered)
+        if consumer.no_ack:
+            queue.settle((entry,))
+        else:
+            self.unacked[tag] = (queue, entry, consumer)
+            consumer.unacked += 1
+
+    def deliver_many(self, consumer: Consumer, queue, entries: list) -> None:
+        """`deliver` for several entries at once, written as one buffer."""
+        if self._count_first:
+            for entry in entries:
+                self.deliver(consumer, queue, entry)
+            return
+        tag = self.next_tag
+        count = len(entries)
+        self.next_tag = tag + count
+        self._output.write(frames.deliver_many(self.number, consumer.tag_bytes, tag, entries,
+                                               self._conn.frame_max))
+        self._counters.delivered(queue, count, consumer.no_ack,
+                                 sum(map(_REDELIVERED, entries)))
+        if consumer.no_ack:
+            queue.settle(entries)
+        else:
+            self.unacked.update(zip(range(tag, tag + count),
+                                    [(queue, entry, consumer) for entry in entries]))
+            consumer.unacked += count
+
+    def deliver_got(self, queue, entry, no_ack: bool) -> None:
+        """basic.get-ok for an entry taken from `queue`."""
+        self._counters.got(queue, no_ack, entry.redelivered)
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if no_ack:
+            queue.settle((entry,))
+        else:
+            self.unacked[tag] = (queue, entry, None)
+        message = entry.message
+        data = frames.get_ok(
+            self.number, tag, entry.redelivered, message.route, queue.message_count,
+            message.header, message.body, self._conn.frame_max)
+        if self._count_first:
+            self._write_counted(queue, entry, data)
+        else:
+            self._output.write(data)
+
+    def _write_counted(self, queue, entry, data: bytes) -> None:
+        """Artemis's persist-delivery-count-before-delivery: the frames go
+        out once the record counting this delivery is on disk, so a crash
+        can never hide that the message was delivered."""
+        store = self._conn.broker.store
+        generation = store.count_delivery(queue.vhost, queue.name, entry) if (
+            store is not None and entry.segment is not None) else 0
+        self._output.write_when_on_disk(generation, 0, data)
+
+    # ---- taking deliveries back by tag -----------------------------------
+
+    def take(self, tag: int, multiple: bool) -> Taken:
+        """The deliveries an ack, reject or nack names (406 for a tag not
+        outstanding), no longer outstanding."""
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                return self.take_all()
+            if tag not in unacked:
+                raise precondition_failed(f"unknown delivery tag {tag}")
+            # Tags are kept in ascending order; without gaps (the usual
+            # case) the ones up to `tag` are counted without a walk.
+            first = next(iter(unacked))
+            if next(reversed(unacked)) - first + 1 == len(unacked):
+                count = tag - first + 1
+            else:
+                count = 0
+                for current in unacked:
+                    if current > tag:
+                        break
+                    count += 1
+            taken = list(islice(unacked.items(), count))
+            if count == len(unacked):
+                unacked.clear()
+            else:
+                for current, _ in taken:
+                    del unacked[current]
+            return taken
+        record = unacked.pop(tag, None)
+        if record is None:
+            raise precondition_failed(f"unknown delivery tag {tag}")
+        return [(tag, record)]
+
+    def take_each(self, method_id: int, tags: list[int]) -> tuple[Taken, AMQPError | None]:
+        """Single basic.ack, basic.reject or basic.nack frames (`method_id`
+        80, 90 or 120) read back to back, taken one by one: those before an
+        unknown tag, and the error that tag gets."""
+        unacked = self.unacked
+        taken: Taken = []
+        for tag in tags:
+            record = unacked.pop(tag, None)
+            if record is None:
+                return taken, precondition_failed(f"unknown delivery tag {tag}").for_method(
+                    60, method_id)
+            taken.append((tag, record))
+        return taken, None
+
+    def take_all(self) -> Taken:
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        return taken
+
+    def restore(self, taken: Taken) -> None:
+        """Deliveries taken by acks or rejects that a tx.rollback undid:
+        outstanding again, in tag order (RabbitMQ)."""
+        merged = dict(self.unacked)
+        merged.update(taken)
+        self.unacked = dict(sorted(merged.items()))
+
+    # ---- what becomes of them ----------------------------------------
+
+    def settle(self, taken: Taken) -> None:
+        """Acknowledged: their queues forget them."""
+        records = list(map(_RECORD, taken))
+        queue, _, consumer = records[0] if records else (None, None, None)
+        if consumer is not None and list(map(_CONSUMER, records)).count(consumer) == len(records):
+            # All from one consumer (so one queue), as a multiple ack
+            # usually is: settled in one step.
+            consumer.unacked -= len(records)
+            self._counters.acknowledged[queue.settings.queue_type] += len(records)
+            queue.settle(list(map(_ENTRY, records)))
+            self._after_release({queue})
+            return
+        by_queue: dict = {}
+        for _, (queue, entry, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            entries = by_queue.get(queue)
+            if entries is None:
+                by_queue[queue] = [entry]
+            else:
+                entries.append(entry)
+        acknowledged = self._counters.acknowledged
+        for queue, entries in by_queue.items():
+            acknowledged[queue.settings.queue_type] += len(entries)
+            queue.settle(entries)
+        self._after_release(set(by_queue))
+
+    def requeue(self, taken: Taken, by_client: bool = True) -> None:
+        """Rejected with requeue, recovered, or left at the channel's close:
+        back in their queues."""
+        by_queue = self._released(taken)
+        for queue, entries in by_queue.items():
+            if queue.deleted:
+                queue.settle(entries)  # nowhere to go back to
+            else:
+                queue.requeue(entries, by_client)
+        self._after_release(set(by_queue))
+
+    def discard(self, taken: Taken) -> None:
+        """Rejected without requeue: the messages die with reason 'rejected'."""
+        by_queue = self._released(taken)
+        for queue, entries in by_queue.items():
+            if queue.deleted:
+                queue.settle(entries)
+            else:
+                queue.reject(entries)
+        self._after_release(set(by_queue))
+
+    def _after_release(self, touched: set) -> None:
+        if self.global_prefetch:
+            touched.update(self._consumed_queues())
+        for queue in touched:
+            if queue.ready and queue.consumers:
+                queue.dispatch()
+
+    @staticmethod
+    def _released(taken: Taken) -> dict:
+        """The taken entries by queue, their consumers' unacked counts
+        given back."""
+        by_queue: dict = {}
+        for _, (queue, entry, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            by_queue.setdefault(queue, []).append(entry)
+        return by_queue
