@@ -347,6 +347,7 @@ class Server:
         self._resource_check = None
         self._ack_deadlines = None
         self._address_scan = None
+        self._dead_letter_watch = None
         self.management: ManagementServer | None = None
         self.prometheus: PrometheusServer | None = None
         self._storage_closed = False
@@ -378,6 +379,7 @@ class Server:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
         self._ack_deadlines = broker.timers.call_every(1.0, broker.check_ack_deadlines)
+        self._dead_letter_watch = broker.timers.call_every(1.0, broker.watch_dead_letters)
         period = broker.config.address_queue_scan_period
         if period > 0:
             self._address_scan = broker.timers.call_every(period / 1000.0,
@@ -457,7 +459,7 @@ class Server:
             if listener is not None:
                 listener.close()
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan):
+                      self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for http in (self.management, self.prometheus):
@@ -485,7 +487,7 @@ class Server:
             return
         self._storage_closed = True
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan):
+                      self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for listener in (self._server, self._tls_server):

@@ -20,6 +20,7 @@ from ..storage.paging import Paging
 from . import boot, resources
 from .access_control import AccessControl, Grant
 from .counters import Counters
+from .dead_letter_watch import DeadLetterWatch
 from .direct_reply import DirectReplies
 from .permissions import NO_ACCESS, Permission
 from .timers import Timers
@@ -63,6 +64,8 @@ class Broker:
     cluster: object | None = None
 
     def __post_init__(self) -> None:
+        self.dead_letter_watch = DeadLetterWatch(self.config.alert_thresholds(),
+                                                 self.config.dead_letter_alert_interval)
         # The one permission service: AMQP channels and the HTTP API ask it.
         self.access = AccessControl(self.users, self.permissions, self.vhosts,
                                     self.config.loopback_users)
@@ -218,6 +221,12 @@ class Broker:
                 if queue.needs_sweep:
                     count += queue.sweep(at)
         return count
+
+    def watch_dead_letters(self, now: float | None = None) -> None:
+        """Once a second: arrival marks, and the dead-letter alerts'
+        samples when their interval is up (dead_letter_watch.py)."""
+        self.dead_letter_watch.tick(list(self.vhosts.values()),
+                                    time.time() * 1000.0 if now is None else now)
 
     def scan_auto_created(self) -> int:
         """Artemis's address-queue scan: delete the unused auto-created

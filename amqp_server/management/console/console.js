@@ -267,6 +267,9 @@
     const rateTiles = el("div", {class: "tiles", id: "overview-rates"});
     const deadTiles = el("div", {class: "tiles", id: "overview-dead-letters"});
     const alarms = el("div", {id: "overview-alarms"});
+    // Dead letter queues whose alerts fire (the broker evaluates the
+    // shipped Prometheus rules' conditions itself).
+    const alerting = el("div", {id: "overview-dead-letter-alerts"});
     const listeners = el("div", {id: "overview-listeners"});
     // The cluster's members (a single broker is a cluster of one), for users
     // who may see nodes (monitoring, administrator).
@@ -283,7 +286,7 @@
     const depth = chart("overview-depth-chart", "Queued messages", "", 600);
     const rates = chart("overview-rates-chart", "Message rates", "/s", 600);
     const dead = chart("overview-dead-chart", "Dead-lettered, by reason", "/s", 600);
-    root.append(el("h1", {text: "Overview"}), alarms, el("h2", {text: "Totals"}), tiles,
+    root.append(el("h1", {text: "Overview"}), alarms, alerting, el("h2", {text: "Totals"}), tiles,
       el("div", {class: "charts"}, depth.node, rates.node),
       el("h2", {text: "Message rates now"}), rateTiles,
       el("div", {class: "charts"}, dead.node, el("div", {class: "card"},
@@ -312,6 +315,13 @@
       alarms.replaceChildren(...(o.alarms && o.alarms.length
         ? o.alarms.map((a) => el("span", {class: "alarm", text: `${a} alarm: publishers are blocked`}))
         : [el("span", {class: "ok", text: "No resource alarms."})]));
+      const firing = o.dead_letter_alerts || [];
+      alerting.replaceChildren(...(firing.length
+        ? [el("h2", {text: "Dead letter queues alerting"}),
+          el("ul", {}, ...firing.map((a) => el("li", {class: "alarm dead-letter-alert"},
+            el("a", {href: queueHref({vhost: a.vhost, name: a.queue}), text: a.queue}),
+            ` (${a.vhost}): ${a.alerts.join(", ")}`)))]
+        : [el("span", {class: "ok", text: "No dead-letter alerts."})]));
       listeners.replaceChildren(...(o.listeners ? [el("h2", {text: "Listeners"}),
         el("table", {}, el("tr", {}, el("th", {text: "Protocol"}), el("th", {text: "Port"})),
           ...o.listeners.map((l) => el("tr", {}, el("td", {text: l.protocol}),

@@ -1,0 +1,66 @@
+"""The console's overview names the dead letter queues whose alerts fire
+(the broker evaluates the shipped rules' conditions itself, dlx/alerts.py),
+in a real browser (Debian's chromium), with thresholds from the config."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from amqp_server.testing import BrokerThread
+
+from .browser import Console, start_chromium
+from .test_management import http
+from .test_workbench_api import wait_get_noack
+from .waiting import wait_for
+
+# A dead letter older than a second alerts; the broker looks every second.
+CONFIG = {"port": 0, "management-port": 0, "prometheus-port": 0,
+          "dead-letter-alert-max-age": 1, "dead-letter-alert-interval": 1}
+
+
+@pytest.fixture
+def alerting_broker(tmp_path):
+    with BrokerThread({**CONFIG, "data-dir": str(tmp_path)}) as broker:
+        yield broker
+
+
+def test_the_overview_names_the_dead_letter_queues_whose_alerts_fire(alerting_broker):
+    broker = alerting_broker
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    channel = conn.channel()
+    channel.exchange_declare("al.dlx", "fanout")
+    channel.queue_declare("al.rotting")
+    channel.queue_bind("al.rotting", "al.dlx")
+    channel.queue_declare("al.quiet")
+    channel.queue_declare("al.work", arguments={"x-dead-letter-exchange": "al.dlx"})
+    channel.basic_publish("", "al.work", b"poison")
+    channel.basic_publish("", "al.quiet", b"fine")
+    method, _, _ = wait_get_noack(channel, "al.work")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+
+    def firing() -> list:
+        return http(broker, "GET", "/api/overview")[1]["dead_letter_alerts"]
+    assert wait_for(lambda: firing() == [{"vhost": "/", "queue": "al.rotting",
+                                          "alerts": ["DeadLetterTooOld"]}], 15), firing()
+
+    driver = start_chromium()
+    try:
+        console = Console(driver, broker.management_url)
+        console.login("guest", "guest")
+        console.open("overview")
+        console.until(lambda: "al.rotting" in console.text("overview-dead-letter-alerts"),
+                      "the overview does not name the rotting queue")
+        text = console.text("overview-dead-letter-alerts")
+        assert "DeadLetterTooOld" in text
+        assert "al.quiet" not in text and "al.work" not in text
+        link = console.css("#overview-dead-letter-alerts a")[0]
+        assert link.get_attribute("href").endswith("#/queues/%2F/al.rotting")
+        # Consumed, it stops alerting, and the overview says so.
+        got, _, _ = channel.basic_get("al.rotting", auto_ack=True)
+        assert got is not None
+        console.until(lambda: console.text("overview-dead-letter-alerts")
+                      == "No dead-letter alerts.", "the alert did not clear")
+    finally:
+        driver.quit()
+        conn.close()
