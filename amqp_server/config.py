@@ -119,6 +119,10 @@ class BrokerConfig:
     dead_letter_alert_rate_window: float = 300.0
     dead_letter_alert_held_for: float = 600.0
     dead_letter_alert_interval: float = 15.0
+    # Where retention archives dead letters (x-dead-letter-retention,
+    # docs/dead-letter-queues.md); empty: <data_dir>/dead-letter-archive,
+    # where the audit finds them.
+    dead_letter_archive_dir: str = ""
     # Past this many ready messages (or body bytes) in memory, a queue pages
     # further persistent messages to <data_dir>/paging and reads them back as
     # its head drains; above the paging ratio of the memory watermark every

@@ -373,6 +373,8 @@ class Server:
             broker.store.attach(loop)
             broker.journal.attach(loop)
             broker.dead_letter_log.attach(loop)
+        if broker.archiver is not None:
+            broker.archiver.attach(loop)
         broker.on_alarm = self._alarm_changed
         period = broker.config.message_expiry_scan_period
         if period > 0:  # -1: no reaper, expired messages die at the head only
@@ -498,6 +500,8 @@ class Server:
             for http in (self.management, self.prometheus):
                 if http is not None:
                     await http.stop()
+            if broker.archiver is not None:
+                await broker.archiver.stop()
             if broker.store is not None:
                 await broker.store.shutdown()
             if broker.journal is not None:

@@ -216,6 +216,8 @@ async def overview(request: web.Request) -> web.Response:
         "dead_letter_alerts": [
             alert for alert in request.app[BROKER].dead_letter_watch.alerts()
             if alert["vhost"] in {v.name for v in vhosts}],
+        # Retention's archive, and why it takes no records, if it does not.
+        "dead_letter_archive": health.archive_status(request.app[BROKER]),
     }
     if monitor:
         answer["listeners"] = [{"node": NODE, **listener}

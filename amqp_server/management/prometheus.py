@@ -378,7 +378,7 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
     oldest message and of the oldest dead letter, dead letters waiting and
     received by reason."""
     dead, dropped, expired, held, delayed = [], [], [], [], []
-    oldest, oldest_dead, waiting, received = [], [], [], []
+    oldest, oldest_dead, waiting, received, archived = [], [], [], [], []
     now = time.time()
     for v, queue in _queues(broker, vhost):
         base = {"vhost": v, "queue": queue.name}
@@ -396,6 +396,7 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
                             if census.waiting and census.oldest_death is not None else 0.0))
         waiting.extend(({**base, "reason": reason}, census.waiting.get(reason, 0))
                        for reason in REASONS)
+        archived.append((base, queue.stats["archived"]))
         arrived = queue.stats["dead_letters_received"]
         received.extend(({**base, "reason": reason}, arrived.get(reason, 0))
                         for reason in REASONS)
@@ -409,6 +410,8 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
          "Dead letters ready in the queue, by the reason of their latest death", waiting),
         ("queue_dead_letters_received_total", "counter",
          "Dead letters other queues' deaths put in the queue, by reason", received),
+        ("queue_dead_letters_archived_total", "counter",
+         "Dead letters retention archived out of the queue", archived),
         ("queue_messages_dead_lettered_total", "counter",
          "Messages dead-lettered, by reason", dead),
         ("queue_messages_dead_letter_dropped_total", "counter",

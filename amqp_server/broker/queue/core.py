@@ -140,9 +140,11 @@ class Queue:
         self.delivered = 0
         self.acked = 0
         # dead_letters_received: dead letters other queues' deaths put
-        # here, by reason (the dead-letterer counts them).
+        # here, by reason (the dead-letterer counts them); archived: dead
+        # letters retention archived out of it (broker/archiving.py).
         self.stats = {"dead_lettered": Counter(), "dropped": Counter(), "expired": 0,
-                      "rejected_publishes": 0, "dead_letters_received": Counter()}
+                      "rejected_publishes": 0, "dead_letters_received": Counter(),
+                      "archived": 0}
         # The shell: where effects go.  The virtual host sets the sinks.
         # dead_letter_sink(queue, messages, reason) -> held (message, reason)
         self.dead_letter_sink: Callable[..., list | None] = _discard

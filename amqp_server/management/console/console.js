@@ -312,9 +312,12 @@
       rates.draw(rateLines, chartData(rateLines.map((l) => m[l.key + "_details"]), true));
       dead.draw(REASON_LINES, chartData(REASON_LINES.map((l) => o.dead_lettered_details[l.key]), true));
       deadTiles.replaceChildren(...deadLetterTiles(o.dead_lettered, o.dead_lettered_details));
+      const archive = o.dead_letter_archive || {};
       alarms.replaceChildren(...(o.alarms && o.alarms.length
         ? o.alarms.map((a) => el("span", {class: "alarm", text: `${a} alarm: publishers are blocked`}))
-        : [el("span", {class: "ok", text: "No resource alarms."})]));
+        : [el("span", {class: "ok", text: "No resource alarms."})]),
+        ...(archive.problem ? [el("span", {class: "alarm", id: "overview-archive-problem",
+          text: `Dead-letter archive: ${archive.problem}`})] : []));
       const firing = o.dead_letter_alerts || [];
       alerting.replaceChildren(...(firing.length
         ? [el("h2", {text: "Dead letter queues alerting"}),
