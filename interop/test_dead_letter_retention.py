@@ -185,3 +185,42 @@ def test_an_archive_that_cannot_be_written_keeps_the_dead_letters_and_says_why(t
         bodies = [wait_get_noack(channel, "dlq")[2] for _ in range(2)]
         assert bodies == [b"keep 0", b"keep 1"]
         conn.close()
+
+
+def test_the_workbench_searches_the_archive_beside_the_queue_and_redrives_from_it(
+        broker, channel):
+    dead_letter_setup(channel)
+    for n in range(3):
+        channel.basic_publish("", "work", f"invoice {n}".encode(), pika.BasicProperties(
+            delivery_mode=2, message_id=f"inv-{n}", headers={"customer": f"c{n}"}))
+    reject(channel, 3)
+    assert wait_for(lambda: len(archived(broker.data_dir)) == 3, 15)
+    assert wait_for(lambda: http(broker, "GET", "/api/queues/%2F/dlq")[1]["messages"] == 0, 15)
+    # Live and archived side by side: the live queue is empty, the archive not.
+    assert http(broker, "GET", "/api/queues/%2F/dlq/messages")[1]["messages"] == []
+    status, page = http(broker, "GET", "/api/queues/%2F/dlq/archive?body=invoice%201")
+    assert status == 200 and page["matched"] == 1
+    (found,) = page["messages"]
+    assert found["payload_text"] == "invoice 1" and found["reason"] == "rejected"
+    assert found["original_queue"] == "work" and found["headers"]["customer"] == "c1"
+    assert found["origin"]["routing_keys"] == ["work"] and found["redriven_at"] is None
+    status, page = http(broker, "GET", "/api/queues/%2F/dlq/archive?reason=expired")
+    assert page["matched"] == 0
+    # Redriven to where it died, byte for byte, and noted as redriven.
+    status, result = http(broker, "POST", "/api/queues/%2F/dlq/archive/redrive",
+                          {"event_ids": [found["event_id"], "no-such-id"]})
+    assert status == 200, result
+    assert result["redriven"] == 1 and result["missing"] == ["no-such-id"]
+    method, props, body = wait_get_noack(channel, "work")
+    assert body == b"invoice 1" and props.message_id == "inv-1"
+    assert props.headers["customer"] == "c1"
+    channel.basic_ack(method.delivery_tag)
+    page = http(broker, "GET", "/api/queues/%2F/dlq/archive?message_id=inv-1")[1]
+    assert page["messages"][0]["redriven_at"] is not None
+    # A second redrive of it asks for `again`.
+    again = http(broker, "POST", "/api/queues/%2F/dlq/archive/redrive", {"filter": {}})[1]
+    assert again["redriven"] == 2  # the two never redriven
+    assert http(broker, "POST", "/api/queues/%2F/dlq/archive/redrive",
+                {"filter": {}})[1]["redriven"] == 0
+    assert http(broker, "POST", "/api/queues/%2F/dlq/archive/redrive",
+                {"seqs": [1]})[0] == 400
