@@ -1,6 +1,7 @@
 """The console's overview names the dead letter queues whose alerts fire
 (the broker evaluates the shipped rules' conditions itself, dlx/alerts.py),
-in a real browser (Debian's chromium), with thresholds from the config."""
+with thresholds from the config, and says when retention's archive cannot
+be written; in a real browser (Debian's chromium)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ CONFIG = {"port": 0, "management-port": 0, "prometheus-port": 0,
 
 @pytest.fixture
 def alerting_broker(tmp_path):
-    with BrokerThread({**CONFIG, "data-dir": str(tmp_path)}) as broker:
+    """With an archive directory that cannot be made (a file is in the way)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with BrokerThread({**CONFIG, "dead-letter-archive-dir": str(blocker / "archive")},
+                      data_dir=str(tmp_path / "data")) as broker:
         yield broker
 
 
-def test_the_overview_names_the_dead_letter_queues_whose_alerts_fire(alerting_broker):
+def test_the_overview_names_the_dead_letter_queues_whose_alerts_fire_and_archive_trouble(
+        alerting_broker):
     broker = alerting_broker
     conn = pika.BlockingConnection(pika.URLParameters(broker.url))
     channel = conn.channel()
@@ -54,6 +60,10 @@ def test_the_overview_names_the_dead_letter_queues_whose_alerts_fire(alerting_br
         text = console.text("overview-dead-letter-alerts")
         assert "DeadLetterTooOld" in text
         assert "al.quiet" not in text and "al.work" not in text
+        # The archive that cannot be written is said beside the alarms.
+        problem = console.text("overview-archive-problem")
+        assert problem.startswith("Dead-letter archive: cannot use the dead-letter archive")
+        assert "Not a directory" in problem
         link = console.css("#overview-dead-letter-alerts a")[0]
         assert link.get_attribute("href").endswith("#/queues/%2F/al.rotting")
         # Consumed, it stops alerting, and the overview says so.

@@ -51,8 +51,12 @@ def archive_lines(items: list, node: str, now: float) -> tuple[list[str], list[s
     worker thread: the messages' bytes and histories never change."""
     lines, heads = [], []
     node_field = node_member(node)
+    shared: dict = {}  # dead letters that died together share their history object
     for vhost, queue, (exchange, keys, history, header, body), event_id in items:
-        head = archive_head(vhost, queue, exchange, keys, history, now)
+        key = (vhost, queue, exchange, keys, id(history))
+        head = shared.get(key)
+        if head is None:
+            head = shared[key] = archive_head(vhost, queue, exchange, keys, history, now)
         heads.append(head)
         lines.append(event_line(head, header, body, sys.maxsize,
                                 f'{node_field},"content_header":"{b64encode(header).decode()}"',
