@@ -17,8 +17,14 @@ counted.  The result is kept until the queue changes.
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
+
+from dlx.deaths import history_from_headers
+
+from ...wire.properties import decode_properties
+from ..message import HEADER_PREFIX
 
 SCAN_LIMIT = 100_000
 _MARK = b"x-death"
@@ -40,8 +46,11 @@ def history_of(message):
         if header.find(_MARK) < 0:
             return None
         try:
-            history = message.death_history()
-        except ValueError:
+            # Decoded for the history only: the message keeps its encoded
+            # properties (a dead letter queue may hold millions).
+            headers = decode_properties(header[HEADER_PREFIX:]).headers
+            history = message.history = history_from_headers(headers)
+        except (ValueError, IndexError, struct.error):
             return None
     return history if history.deaths else None
 
