@@ -7,7 +7,8 @@ recorded in the dead-letter log (outcome `archived`).
 
 The messages are withdrawn from the queue first, as the workbench does
 (out of consumers' reach, still in the store), then encoded and written
-by one worker thread, off the event loop.  If the write fails (the
+by one writer process, off the event loop and out of its GIL (as the
+dead-letter log's writer).  If the write fails (the
 archive directory cannot be written, the disk is full), they go back where
 they were, flags unchanged: the broker keeps them and says why, in its log
 (once per problem) and in `problem` (the management API's overview and
@@ -20,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import os
 import secrets
 import sys
 import time
 from base64 import b64encode
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from dlx.retention import due
@@ -47,8 +51,7 @@ def _death_time(entry) -> int | None:
 
 def archive_lines(items: list, node: str, now: float) -> tuple[list[str], list[str]]:
     """(archive records, the dead-letter log heads) of withdrawn messages:
-    items are (vhost, queue, message snapshot, event id).  Runs in the
-    worker thread: the messages' bytes and histories never change."""
+    items are (vhost, queue, message snapshot, event id)."""
     lines, heads = [], []
     node_field = node_member(node)
     shared: dict = {}  # dead letters that died together share their history object
@@ -64,6 +67,25 @@ def archive_lines(items: list, node: str, now: float) -> tuple[list[str], list[s
     return lines, heads
 
 
+_FILES: dict[str, ArchiveFiles] = {}  # the writer process's, per directory
+
+
+def write_batch(directory: str, node: str, items: list, now: float) -> tuple[str, list[str]]:
+    """The writer's job: a batch's records as one durable file; returns its
+    path and the dead-letter log heads.  Runs in the writer process (or in
+    the broker's, without an event loop)."""
+    files = _FILES.get(directory)
+    if files is None:
+        files = _FILES[directory] = ArchiveFiles(directory)
+    lines, heads = archive_lines(items, node, now)
+    return str(files.write(node, lines, now)), heads
+
+
+def _behind_the_broker() -> None:
+    # As the dead-letter log's writer: behind the broker and its clients for CPU.
+    os.nice(10)
+
+
 class Archiver:
     def __init__(self, broker, directory: str | Path) -> None:
         self.broker = broker
@@ -77,7 +99,7 @@ class Archiver:
         self._id = secrets.token_hex(6)
         self._number = 0
         self._loop = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: ProcessPoolExecutor | None = None
         self._writing: set = set()  # futures of batches in flight
         try:
             self.files.open()
@@ -87,7 +109,15 @@ class Archiver:
 
     def attach(self, loop) -> None:
         self._loop = loop
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="dead-letter-archive")
+
+    def _writer(self) -> ProcessPoolExecutor:
+        """One writer process, started at the first batch: encoding a batch
+        is CPU work that a thread would do under the event loop's GIL."""
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_behind_the_broker)
+        return self._executor
 
     @property
     def directory(self) -> Path:
@@ -125,16 +155,22 @@ class Archiver:
             items.append((vhost, queue.name, snapshot, f"{self._id}-a{self._number}"))
         key = (vhost, queue.name)
         self._busy.add(key)
+        directory = str(self.files.directory)
         if self._loop is None:  # tools and unit tests: in-process, at once
             try:
-                result = self._write(items, now)
+                result = write_batch(directory, self.node, items, now)
             except OSError as exc:
                 self._done(key, queue, entries, None, exc, now)
             else:
                 self._done(key, queue, entries, result, None, now)
             return len(entries)
-        future = asyncio.wrap_future(self._executor.submit(self._write, items, now),
-                                     loop=self._loop)
+        try:
+            submitted = self._writer().submit(write_batch, directory, self.node, items, now)
+        except (BrokenProcessPool, RuntimeError, OSError) as exc:
+            self._executor = None
+            self._done(key, queue, entries, None, exc, now)
+            return 0
+        future = asyncio.wrap_future(submitted, loop=self._loop)
 
         def finished(done) -> None:
             error = done.exception()
@@ -144,13 +180,10 @@ class Archiver:
         future.add_done_callback(finished)
         return len(entries)
 
-    def _write(self, items: list, now: float):
-        lines, heads = archive_lines(items, self.node, now)
-        path = self.files.write(self.node, lines, now)
-        return path, heads
-
     def _done(self, key, queue, entries, result, error, now: float) -> None:
         self._busy.discard(key)
+        if isinstance(error, BrokenProcessPool):
+            self._executor = None  # a new writer for the next batch
         if error is not None:
             queue.restore_withdrawn(entries)
             self._failed(f"cannot archive dead letters of queue '{queue.name}' in vhost "
