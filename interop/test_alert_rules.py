@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlx.alerts import ALERTS, Thresholds
 from interop.conftest import missing
 from interop.test_grafana_dashboard import dashboard_metrics, metric_names
+from interop.waiting import wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RULES = DOCS / "prometheus" / "dead-letter-alerts.yml"
@@ -88,3 +89,32 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported(dead_letters)
     assert used, "no metric names found"
     assert all(re.match(r"amqp_queue_", name) for name in used), used
     assert not used - exported, sorted(used - exported)
+
+
+def _samples(url: str) -> dict:
+    """{(name, frozenset of labels): value} of one scrape."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_the_gauges_say_what_waits_by_reason_and_how_old(dead_letters):
+    url = dead_letters.prometheus_url + "/metrics/per-object"
+    dlq = {("vhost", "/"), ("queue", "ar.dlq")}
+
+    def value(name: str, **labels) -> float:
+        return _samples(url)[(name, frozenset(dlq | set(labels.items())))]
+    assert value("amqp_queue_dead_letters_waiting", reason="rejected") == 1
+    assert value("amqp_queue_dead_letters_waiting", reason="expired") == 0
+    assert value("amqp_queue_dead_letters_received_total", reason="rejected") == 1
+    assert value("amqp_queue_dead_letters_held") == 0
+    # The age of the oldest message is known once the broker's tick marked
+    # its arrival (once a second), that of the dead letter from its x-death.
+    assert wait_for(lambda: value("amqp_queue_oldest_message_age_seconds") >= 1.0, 10)
+    assert value("amqp_queue_oldest_dead_letter_age_seconds") >= 1.0
+    work = {("vhost", "/"), ("queue", "ar.work")}
+    samples = _samples(url)
+    assert samples[("amqp_queue_oldest_message_age_seconds", frozenset(work))] == 0
+    assert samples[("amqp_queue_dead_letters_waiting",
+                    frozenset(work | {("reason", "rejected")}))] == 0

@@ -1,0 +1,108 @@
+"""Retention's archive without an event loop: the files (storage/archive.py)
+and the archiver's decisions carried out in-process (broker/archiving.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+
+from amqp_server.broker.archiving import RETRY_SECONDS, Archiver
+from amqp_server.broker.broker import Broker
+from amqp_server.broker.message import Message
+from amqp_server.config import BrokerConfig
+from amqp_server.storage.archive import ArchiveFiles
+from amqp_server.wire.properties import Properties, encode_properties
+from amqp_server.wire.table import FieldTable
+
+DIED = 1_700_000_000  # s
+
+
+def dead_letter(n: int, died: int = DIED) -> Message:
+    death = FieldTable({"queue": "work", "reason": "expired", "count": 1, "time": died,
+                        "exchange": "shop", "routing-keys": ["order"]})
+    body = f"body {n}".encode()
+    header = struct.pack(">HHQ", 60, 0, len(body)) + encode_properties(Properties(
+        message_id=f"m{n}", headers=FieldTable({"x-death": [death]})))
+    return Message.to("dlx", "order", header, body)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    broker = Broker(BrokerConfig(data_dir=str(tmp_path / "data"), node_name="n1"))
+    broker.open_data_dir()
+    yield broker
+    broker.close_data_dir()
+
+
+def dlq(broker, retention: int = 1000):
+    vhost = broker.vhosts["/"]
+    vhost.declare_queue("dlq", None, arguments=FieldTable({"x-dead-letter-retention": retention}))
+    return vhost.queues["dlq"]
+
+
+def test_a_batch_is_one_file_in_its_node_and_day_partition(tmp_path):
+    files = ArchiveFiles(tmp_path / "archive")
+    files.open()
+    path = files.write("node a/b", ['{"x":1}\n', '{"x":2}\n'], 0.0)
+    assert path.parent.name == "day=1970-01-01"
+    assert path.parent.parent.name == "node=node%20a%2Fb"
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"x": 1}, {"x": 2}]
+    assert files.files() == [path]
+
+
+def test_temporary_files_a_crash_left_go_at_open_and_are_never_read(tmp_path):
+    files = ArchiveFiles(tmp_path)
+    files.open()
+    kept = files.write("n", ['{"vhost":"/","queue":"q"}\n'], 0.0)
+    torn = kept.parent / ".archive-x.ndjson.tmp"
+    torn.write_text('{"vhost":"/","qu')
+    assert [r["queue"] for r in files.records("/", "q")] == ["q"]
+    ArchiveFiles(tmp_path).open()
+    assert not torn.exists() and kept.exists()
+
+
+def test_the_redriven_ledger_remembers_ids(tmp_path):
+    files = ArchiveFiles(tmp_path)
+    files.open()
+    files.note_redriven(["a", "b"], 5.0)
+    assert files.redriven() == {"a": 5.0, "b": 5.0}
+
+
+def test_due_dead_letters_are_archived_then_removed_the_rest_stays(broker):
+    queue = dlq(broker, retention=60_000)
+    for n in range(3):
+        queue.enqueue(dead_letter(n))
+    queue.enqueue(dead_letter(3, died=DIED + 3600))  # not due yet
+    plain = Message.to("", "dlq", struct.pack(">HHQ", 60, 0, 1) + encode_properties(
+        Properties()), b"p")
+    queue.enqueue(plain)
+    archiver: Archiver = broker.archiver
+    assert archiver.tick((DIED + 60) * 1000.0) == 3
+    assert [entry.message.body for entry in queue.ready] == [b"body 3", b"p"]
+    assert queue.unacked == 0 and queue.stats["archived"] == 3
+    records = list(archiver.files.records("/", "dlq"))
+    assert [r["message_id"] for r in records] == ["m0", "m1", "m2"]
+    assert records[0]["reason"] == "expired" and records[0]["exchange"] == "dlx"
+    assert records[0]["deaths"][0]["time"] == DIED * 1_000_000
+
+
+def test_a_failed_write_puts_the_messages_back_and_waits_before_trying_again(broker):
+    queue = dlq(broker)
+    for n in range(2):
+        queue.enqueue(dead_letter(n))
+    archiver: Archiver = broker.archiver
+    shutil.rmtree(archiver.directory)
+    archiver.directory.write_text("a file in the way")
+    now = (DIED + 10) * 1000.0
+    assert archiver.tick(now) == 2
+    assert [entry.message.body for entry in queue.ready] == [b"body 0", b"body 1"]
+    assert not any(entry.redelivered for entry in queue.ready)
+    assert queue.unacked == 0 and queue.stats["archived"] == 0
+    assert "they stay in the queue" in archiver.problem
+    assert archiver.tick(now + 1000) == 0  # not before RETRY_SECONDS
+    archiver.directory.unlink()
+    assert archiver.tick(now + RETRY_SECONDS * 1000 + 1) == 2
+    assert archiver.problem is None and queue.message_count == 0
