@@ -1,7 +1,8 @@
 """The console's overview names the dead letter queues whose alerts fire
 (the broker evaluates the shipped rules' conditions itself, dlx/alerts.py),
 with thresholds from the config, and says when retention's archive cannot
-be written; in a real browser (Debian's chromium)."""
+be written; the workbench shows a queue's archive beside it and redrives
+from there; in a real browser (Debian's chromium)."""
 
 from __future__ import annotations
 
@@ -73,4 +74,44 @@ def test_the_overview_names_the_dead_letter_queues_whose_alerts_fire_and_archive
                       == "No dead-letter alerts.", "the alert did not clear")
     finally:
         driver.quit()
+        conn.close()
+
+
+def test_the_workbench_shows_the_archive_beside_the_queue_and_redrives_from_it(tmp_path):
+    with BrokerThread(CONFIG, data_dir=str(tmp_path / "data")) as broker:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        channel = conn.channel()
+        channel.exchange_declare("ar.dlx", "fanout")
+        channel.queue_declare("ar.dlq", durable=True,
+                              arguments={"x-dead-letter-retention": 200})
+        channel.queue_bind("ar.dlq", "ar.dlx")
+        channel.queue_declare("ar.work", arguments={"x-dead-letter-exchange": "ar.dlx"})
+        for n in range(2):
+            channel.basic_publish("", "ar.work", f"archived {n}".encode(),
+                                  pika.BasicProperties(message_id=f"arch-{n}"))
+        for _ in range(2):
+            method, _, _ = wait_get_noack(channel, "ar.work")
+            channel.basic_reject(method.delivery_tag, requeue=False)
+        assert wait_for(lambda: http(broker, "GET", "/api/queues/%2F/ar.dlq")[1][
+            "dead_letters_archived"] == 2, 15)
+        driver = start_chromium()
+        try:
+            console = Console(driver, broker.management_url)
+            console.login("guest", "guest")
+            console.open("dead-letters/%2F/ar.dlq")
+            console.until(lambda: "2 archived" in console.text("archive-counts"),
+                          "the workbench does not show the archive")
+            row = console.css('#archived tbody tr[data-message-id="arch-1"]')[0]
+            assert "rejected" in row.text and "ar.work" in row.text and "archived 1" in row.text
+            console.css("input.archive-pick", row)[0].click()
+            console.find("archive-redrive").click()
+            console.until(lambda: console.text("archive-result").startswith("1 redriven"),
+                          "no redrive result")
+            console.until(lambda: console.css(
+                '#archived tbody tr[data-message-id="arch-1"] td.time')[1].text != "",
+                "the redrive is not shown")
+        finally:
+            driver.quit()
+        _, props, body = wait_get_noack(channel, "ar.work")
+        assert body == b"archived 1" and props.message_id == "arch-1"
         conn.close()

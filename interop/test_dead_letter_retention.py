@@ -156,7 +156,8 @@ def test_a_retention_policy_value_that_is_not_a_number_of_ms_is_refused(broker):
     assert "is not a valid dead letter retention" in body["reason"]
 
 
-def test_an_archive_that_cannot_be_written_keeps_the_dead_letters_and_says_why(tmp_path):
+def test_an_archive_that_cannot_be_written_keeps_the_dead_letters_and_says_why(tmp_path,
+                                                                               caplog):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the archive directory should be")
     config = {**CONFIG, "data-dir": str(tmp_path / "data"),
@@ -179,12 +180,16 @@ def test_an_archive_that_cannot_be_written_keeps_the_dead_letters_and_says_why(t
         assert str(blocker) in body["reason"]
         overview = http(broker, "GET", "/api/overview")[1]
         assert overview["dead_letter_archive"]["problem"] == body["reason"]
-        # Past retention and tried again, the messages are still there, in order.
+        # Past retention, the messages are still there, in order.
         time.sleep(1.5)
         assert depth(channel, "dlq") == 2
         bodies = [wait_get_noack(channel, "dlq")[2] for _ in range(2)]
         assert bodies == [b"keep 0", b"keep 1"]
         conn.close()
+    # The log says it, once per problem however often it is tried again.
+    said = [r.getMessage() for r in caplog.records if r.name == "amqp_server.archive"]
+    assert any("Not a directory" in line and str(blocker) in line for line in said), said
+    assert len(said) == len(set(said))
 
 
 def test_the_workbench_searches_the_archive_beside_the_queue_and_redrives_from_it(
