@@ -18,9 +18,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlx.alerts import ALERTS, Thresholds
-from interop.conftest import missing
-from interop.test_grafana_dashboard import dashboard_metrics, metric_names
-from interop.waiting import wait_for
+from .conftest import missing
+from .test_grafana_dashboard import dashboard_metrics, metric_names
+from .waiting import wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RULES = DOCS / "prometheus" / "dead-letter-alerts.yml"
