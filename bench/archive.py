@@ -9,7 +9,10 @@ Three numbers:
   directory), in this process: records/s and MB/s of archive;
 - `retention`: this broker (a subprocess, fresh data directory) holding N
   dead letters in a durable queue, given a retention by a policy; the time
-  from the policy until the queue is empty and the archive holds all N;
+  from the policy until the queue is empty and the archive holds all N.
+  The dead letters are published with an `x-death` (the broker decodes
+  each, as after a restart), and in `retention_dead_lettered` rejected
+  into the queue by the broker itself (their history is known);
 - `drain-to-file`: what an application does on a broker without
   retention: a pika consumer (prefetch 1,000) writes each dead letter to a
   JSON-lines file, fsyncs it every 1,000 and acknowledges them with one
@@ -97,12 +100,44 @@ def depth(url: str, queue: str) -> int:
         conn.close()
 
 
-def retention(count: int, body_size: int) -> dict:
+def fill_by_dead_lettering(url: str, queue: str, count: int, body_size: int) -> None:
+    """`count` persistent messages rejected out of a work queue into
+    `queue`: dead letters whose history the broker made (as a dead letter
+    queue is filled in practice, before any restart)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    channel = conn.channel()
+    channel.exchange_declare("bench.dlx", "fanout")
+    channel.queue_declare(queue, durable=True)
+    channel.queue_bind(queue, "bench.dlx")
+    channel.queue_declare("bench.work", durable=True,
+                          arguments={"x-dead-letter-exchange": "bench.dlx"})
+    body = os.urandom(body_size)
+    channel.confirm_delivery()
+    for n in range(count):
+        channel.basic_publish("", "bench.work", body, pika.BasicProperties(
+            delivery_mode=2, message_id=str(n)))
+    channel.basic_qos(prefetch_count=1000)
+    rejected = 0
+    for method, _, _ in channel.consume("bench.work", inactivity_timeout=10):
+        if method is None:
+            break
+        channel.basic_reject(method.delivery_tag, requeue=False)
+        rejected += 1
+        if rejected == count:
+            break
+    channel.cancel()
+    conn.close()
+
+
+def retention(count: int, body_size: int, dead_lettered: bool = False) -> dict:
     """This broker's retention, end to end, in a subprocess."""
     data_dir = tempfile.mkdtemp(prefix="bench-retention-")
     proc, url, management = start_with_management(data_dir)
     try:
-        fill(url, "bench.dlq", count, body_size)
+        if dead_lettered:
+            fill_by_dead_lettering(url, "bench.dlq", count, body_size)
+        else:
+            fill(url, "bench.dlq", count, body_size)
         started = time.perf_counter()
         put_policy(management, {"pattern": "^bench\\.dlq$",
                                 "definition": {"dead-letter-retention": 1}})
@@ -202,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = {"messages": args.messages, "body": args.body,
                "writer": writer(args.messages, args.body),
-               "retention": retention(args.messages, args.body)}
+               "retention": retention(args.messages, args.body),
+               "retention_dead_lettered": retention(args.messages, args.body, True)}
     data_dir = tempfile.mkdtemp(prefix="bench-drain-ours-")
     proc, url = start_our_broker(data_dir)
     try:
