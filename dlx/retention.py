@@ -21,16 +21,21 @@ def is_due(death_time: int, retention_ms: int, now_ms: float) -> bool:
     return death_time * 1000 + retention_ms <= now_ms
 
 
-def due(messages: Iterable[tuple[int, int | None]], retention_ms: int, now_ms: float,
-        batch: int = 1000, lookahead: int = 1000) -> list[int]:
+def due(messages: Iterable[tuple[int, int | None, int]], retention_ms: int, now_ms: float,
+        batch: int = 1000, lookahead: int = 1000, batch_bytes: int = 64 << 20) -> list[int]:
     """The seqs, in queue order, of the dead letters past retention among
-    `messages` ((seq, time of latest death in seconds, or None for a
-    message that is not a dead letter), head first)."""
+    `messages` ((seq, time of latest death in seconds or None for a
+    message that is not a dead letter, body bytes), head first): at most
+    `batch` of them, and no more bodies than `batch_bytes` (one at least)."""
     chosen: list[int] = []
     since_due = 0
-    for seq, death_time in messages:
+    size = 0
+    for seq, death_time, body_bytes in messages:
         if death_time is not None and is_due(death_time, retention_ms, now_ms):
+            if chosen and size + body_bytes > batch_bytes:
+                break
             chosen.append(seq)
+            size += body_bytes
             since_due = 0
             if len(chosen) >= batch:
                 break

@@ -13,8 +13,8 @@ archive directory cannot be written, the disk is full), they go back where
 they were, flags unchanged: the broker keeps them and says why, in its log
 (once per problem) and in `problem` (the management API's overview and
 health check `dead-letter-archive`), trying again every RETRY_SECONDS.
-One batch per queue is in flight at a time; a full one is followed by the
-next at once.
+One batch per queue is in flight at a time (at most BATCH messages and
+64 MB of bodies); each is followed by the next at once while any is due.
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ class Archiver:
         retention = queue.settings.dead_letter_retention
         if retention is None or queue.deleted or (vhost, queue.name) in self._busy:
             return 0
-        seqs = due(((entry.seq, _death_time(entry)) for entry in queue.ready),
-                   retention, now_ms, BATCH)
+        seqs = due(((entry.seq, _death_time(entry), len(entry.message.body))
+                    for entry in queue.ready), retention, now_ms, BATCH)
         return self._archive(vhost, queue, seqs, now_ms / 1000.0) if seqs else 0
 
     def _archive(self, vhost: str, queue, seqs: list[int], now: float) -> int:
@@ -201,8 +201,9 @@ class Archiver:
         if self.problem is not None:
             log.warning("the dead-letter archive at %s takes records again", self.directory)
             self.problem = self.problem_since = None
-        if len(entries) >= BATCH and self._loop is not None:
-            # A full batch: more may be due; the next goes now, not next tick.
+        if self._loop is not None:
+            # More may be due (a batch is cut at BATCH messages or its
+            # bytes): the next goes now, not at the next tick.
             self._loop.call_soon(self._consider, key[0], queue, time.time() * 1000.0)
 
     def _failed(self, why: str, now: float) -> None:
