@@ -20,7 +20,7 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.storage.archive import ARCHIVE_DIR
 from amqp_server.testing import BrokerThread
 
-from .test_management import http
+from .test_management import amqpctl, http
 from .test_workbench_api import wait_get_noack
 from .waiting import wait_for
 
@@ -229,3 +229,23 @@ def test_the_workbench_searches_the_archive_beside_the_queue_and_redrives_from_i
                 {"filter": {}})[1]["redriven"] == 0
     assert http(broker, "POST", "/api/queues/%2F/dlq/archive/redrive",
                 {"seqs": [1]})[0] == 400
+
+
+def test_amqpctl_lists_and_redrives_the_archive(broker, channel, capsys):
+    dead_letter_setup(channel)
+    for n in range(2):
+        channel.basic_publish("", "work", f"ctl {n}".encode(), pika.BasicProperties(
+            delivery_mode=2, message_id=f"ctl-{n}"))
+    reject(channel, 2)
+    assert wait_for(lambda: len(archived(broker.data_dir)) == 2, 15)
+    assert amqpctl(broker, "list_archived", "dlq", "--message-id", "ctl-1", "-q",
+                   "--formatter", "json") == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["message_id"] == "ctl-1" and row["reason"] == "rejected"
+    assert row["original_queue"] == "work" and row["redriven_at"] is None
+    assert amqpctl(broker, "redrive_archived", "dlq", "--event-id", row["event_id"]) == 0
+    assert "1 redriven" in capsys.readouterr().out
+    assert wait_get_noack(channel, "work")[2] == b"ctl 1"
+    assert amqpctl(broker, "redrive_archived", "dlq", "--event-id", "nope") == 65
+    assert "0 redriven, 1 not in the archive" in capsys.readouterr().out
+    assert amqpctl(broker, "list_archived", "missing") == 65
