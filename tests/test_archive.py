@@ -106,3 +106,19 @@ def test_a_failed_write_puts_the_messages_back_and_waits_before_trying_again(bro
     archiver.directory.unlink()
     assert archiver.tick(now + RETRY_SECONDS * 1000 + 1) == 2
     assert archiver.problem is None and queue.message_count == 0
+
+
+def test_a_cause_is_logged_once_however_many_queues_and_retries_meet_it(broker, caplog):
+    vhost = broker.vhosts["/"]
+    for name in ("dlq.a", "dlq.b"):
+        vhost.declare_queue(name, None,
+                            arguments=FieldTable({"x-dead-letter-retention": 1000}))
+        vhost.queues[name].enqueue(dead_letter(0))
+    archiver: Archiver = broker.archiver
+    shutil.rmtree(archiver.directory)
+    archiver.directory.write_text("a file in the way")
+    now = (DIED + 10) * 1000.0
+    for attempt in range(3):
+        assert archiver.tick(now + attempt * (RETRY_SECONDS * 1000 + 1)) == 2
+    logged = [r for r in caplog.records if r.name == "amqp_server.archive"]
+    assert len(logged) == 1 and "they stay in the queue" in logged[0].getMessage()

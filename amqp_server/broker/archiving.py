@@ -93,6 +93,7 @@ class Archiver:
         self.node = broker.config.node_name
         self.problem: str | None = None
         self.problem_since: float | None = None
+        self._cause: str | None = None  # the error last logged
         self.archived = 0
         self._retry_at = 0.0
         self._busy: set[tuple[str, str]] = set()
@@ -105,7 +106,7 @@ class Archiver:
             self.files.open()
         except OSError as exc:
             self._failed(f"cannot use the dead-letter archive directory {directory}: {exc}",
-                         time.time())
+                         time.time(), str(exc))
 
     def attach(self, loop) -> None:
         self._loop = loop
@@ -188,7 +189,7 @@ class Archiver:
             queue.restore_withdrawn(entries)
             self._failed(f"cannot archive dead letters of queue '{queue.name}' in vhost "
                          f"'{queue.vhost}' to {self.files.directory}: {error}; they stay "
-                         "in the queue", now)
+                         "in the queue", now, str(error))
             return
         _path, heads = result
         queue.discard_withdrawn(entries)
@@ -200,15 +201,17 @@ class Archiver:
                 dead_letter_log.record(head, entry.message.header, entry.message.body)
         if self.problem is not None:
             log.warning("the dead-letter archive at %s takes records again", self.directory)
-            self.problem = self.problem_since = None
+            self.problem = self.problem_since = self._cause = None
         if self._loop is not None:
             # More may be due (a batch is cut at BATCH messages or its
             # bytes): the next goes now, not at the next tick.
             self._loop.call_soon(self._consider, key[0], queue, time.time() * 1000.0)
 
-    def _failed(self, why: str, now: float) -> None:
-        if self.problem != why:
+    def _failed(self, why: str, now: float, cause: str) -> None:
+        """Logged once per cause, not once per queue and retry."""
+        if self._cause != cause:
             log.error("%s", why)
+            self._cause = cause
         if self.problem is None:
             self.problem_since = now
         self.problem = why
