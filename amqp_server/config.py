@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dlx.alerts import Thresholds
 from policies.address_settings import AddressSettings, parse as parse_address_settings
 from policies.model import PolicyError
 from policies.plain_words import closest, quoted as _quoted, shown as _shown
@@ -102,6 +103,23 @@ class BrokerConfig:
     # This broker's name in every dead-letter log event (field `node`), so an
     # audit over many brokers' logs can tell them apart.
     node_name: str = field(default_factory=socket.gethostname)
+    # The dead-letter alerts the broker evaluates itself for the web console
+    # (dlx/alerts.py), with the thresholds of the shipped Prometheus rules
+    # (docs/prometheus/dead-letter-alerts.yml): growth of the dead letters
+    # waiting over a window (seconds), age of the oldest one (seconds), rate
+    # of arrival (per second over a window), at-least-once dead letters held
+    # for (seconds); evaluated every interval (seconds).
+    dead_letter_alert_growth: int = 100
+    dead_letter_alert_growth_window: float = 900.0
+    dead_letter_alert_max_age: float = 86400.0
+    dead_letter_alert_rate: float = 10.0
+    dead_letter_alert_rate_window: float = 300.0
+    dead_letter_alert_held_for: float = 600.0
+    dead_letter_alert_interval: float = 15.0
+    # Where retention archives dead letters (x-dead-letter-retention,
+    # docs/dead-letter-queues.md); empty: <data_dir>/dead-letter-archive,
+    # where the audit finds them.
+    dead_letter_archive_dir: str = ""
     # Past this many ready messages (or body bytes) in memory, a queue pages
     # further persistent messages to <data_dir>/paging and reads them back as
     # its head drains; above the paging ratio of the memory watermark every
@@ -137,6 +155,11 @@ class BrokerConfig:
     cluster_tls_certfile: str = ""
     cluster_tls_keyfile: str = ""
     cluster_tls_cacertfile: str = ""
+
+    def alert_thresholds(self) -> Thresholds:
+        return Thresholds(self.dead_letter_alert_growth, self.dead_letter_alert_growth_window,
+                          self.dead_letter_alert_max_age, self.dead_letter_alert_rate,
+                          self.dead_letter_alert_rate_window, self.dead_letter_alert_held_for)
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
@@ -204,6 +227,10 @@ class BrokerConfig:
         if bool(self.tls_certfile) != bool(self.tls_keyfile):
             raise ConfigError("tls_certfile and tls_keyfile go together: give both or neither")
         _check_cluster(self)
+        for key in _ALERT_KEYS:
+            if getattr(self, key) < 0 or (key == "dead_letter_alert_interval"
+                                          and getattr(self, key) <= 0):
+                raise ConfigError(f"{key} must be a positive number, got {getattr(self, key)}")
         self.log_level = self.log_level.lower()  # as logging takes it: WARNING or warning
         for key, choices in _CHOICES.items():
             value = getattr(self, key)
@@ -277,6 +304,10 @@ def _check_cluster(config: BrokerConfig) -> None:
         raise ConfigError("cluster_lag_timeout and cluster_lease_ttl must be positive")
 
 
+_ALERT_KEYS = ("dead_letter_alert_growth", "dead_letter_alert_growth_window",
+               "dead_letter_alert_max_age", "dead_letter_alert_rate",
+               "dead_letter_alert_rate_window", "dead_letter_alert_held_for",
+               "dead_letter_alert_interval")
 _SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size",
               "paging_threshold_bytes")
 _MAX_MESSAGE_SIZE_LIMIT = 512 << 20

@@ -318,6 +318,7 @@ class Server:
         self._resource_check = None
         self._ack_deadlines = None
         self._address_scan = None
+        self._dead_letter_watch = None
         self.management: ManagementServer | None = None
         self.prometheus: PrometheusServer | None = None
         self._storage_closed = False
@@ -343,12 +344,15 @@ class Server:
             broker.store.attach(loop)
             broker.journal.attach(loop)
             broker.dead_letter_log.attach(loop)
+        if broker.archiver is not None:
+            broker.archiver.attach(loop)
         broker.on_alarm = self._alarm_changed
         period = broker.config.message_expiry_scan_period
         if period > 0:  # -1: no reaper, expired messages die at the head only
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
         self._ack_deadlines = broker.timers.call_every(1.0, broker.check_ack_deadlines)
+        self._dead_letter_watch = broker.timers.call_every(1.0, broker.watch_dead_letters)
         period = broker.config.address_queue_scan_period
         if period > 0:
             self._address_scan = broker.timers.call_every(period / 1000.0,
@@ -428,7 +432,7 @@ class Server:
             if listener is not None:
                 listener.close()
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan):
+                      self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for http in (self.management, self.prometheus):
@@ -456,7 +460,7 @@ class Server:
             return
         self._storage_closed = True
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan):
+                      self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for listener in (self._server, self._tls_server):
@@ -467,6 +471,8 @@ class Server:
             for http in (self.management, self.prometheus):
                 if http is not None:
                     await http.stop()
+            if broker.archiver is not None:
+                await broker.archiver.stop()
             if broker.store is not None:
                 await broker.store.shutdown()
             if broker.journal is not None:

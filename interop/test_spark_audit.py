@@ -573,3 +573,43 @@ def test_count_headers_a_publisher_set_to_text_count_nothing(spark, tmp_path):
     assert (summary["events"], summary["died_again_after_redrive"]) == (1, 0)
     (row,) = read_csv(tmp_path / "out" / "tables" / "delivery_counts.csv")
     assert row["delivery_count"] == ""
+
+
+def test_the_audit_reads_what_retention_archived_into_its_dataset(spark, tmp_path):
+    """Dead letters archived by retention are compacted into the audit's
+    Parquet dataset (its schema, node= and day= partitions) whole: body,
+    properties, death history; they are counted as archived, not as
+    deaths, once each though the log records their removal too."""
+    data_dir = tmp_path / "broker-r"
+    config = BrokerConfig(port=0, management_port=0, node_name="broker-r")
+    with BrokerThread(config, data_dir=str(data_dir)) as broker:
+        with pika_channel(broker.url) as channel:
+            channel.exchange_declare("r.dlx", "fanout")
+            channel.queue_declare("r.dlq", durable=True,
+                                  arguments={"x-dead-letter-retention": 300})
+            channel.queue_bind("r.dlq", "r.dlx")
+            channel.queue_declare("r.work", arguments={"x-dead-letter-exchange": "r.dlx"})
+            for body in ("kept-0", "kept-1"):
+                publish(channel, "r.work", body, delivery_mode=2, content_type="text/plain",
+                        headers={"tenant": "acme"})
+            reject_all(channel, "r.work", 2)
+            assert wait_for(lambda: broker.call(
+                lambda: broker.broker.archiver.archived) == 2, 15)
+    (source,), _ = local_sources([str(data_dir)])
+    assert len(source.archived) == 1 and source.sealed[-1:] == source.archived
+    summary = audit(spark, data_dir, tmp_path / "out")
+    assert summary["events"] == 2  # the two deaths
+    assert summary["archived"] == 2
+    assert summary["_run"]["compacted_files"] == 1  # the archive file
+    dataset = data_dir / "dead-letters-parquet" / "events"
+    assert list(dataset.glob("node=broker-r/day=*"))
+    rows = (spark.read.parquet(str(dataset)).where("outcome = 'archived'")
+            .orderBy("message_id").collect())
+    assert [row.message_id for row in rows] == ["kept-0", "kept-1"]
+    first = rows[0]
+    assert first.queue == "r.dlq" and first.reason == "rejected"
+    assert first.body_included and first.body == "a2VwdC0w"  # base64 of kept-0
+    assert json.loads(first.properties["content_type"]) == "text/plain"
+    assert json.loads(first.headers["tenant"]) == "acme"
+    assert [(d.queue, d.reason, d["count"]) for d in first.deaths] == [("r.work", "rejected", 1)]
+    assert first.node == "broker-r"

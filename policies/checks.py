@@ -112,6 +112,28 @@ def check_one_of(values: tuple[str, ...], bad: str) -> Check:
     return check
 
 
+# A queue with any of these sends its own dead letters on: a retry or work
+# queue, not a dead letter queue (the last stop, where retention applies).
+DEAD_LETTER_SOURCES = ("x-dead-letter-exchange", "x-dead-letter-address")
+
+
+def check_dead_letter_retention(typed: Typed, args: FieldTable) -> str | None:
+    """Milliseconds, 1 or more, on a dead letter queue only: one whose
+    messages are not dead-lettered onward (no x-dead-letter-exchange or
+    -address, no Qpid DLQ of its own).  The term names the argument that
+    makes the queue a source, in the style of routing_key_but_no_dlx_defined."""
+    error = check_int(typed, args)
+    if error is None and typed[1] < 1:
+        return f"{{value_too_small,{typed[1]}}}"
+    if error is None:
+        for name in DEAD_LETTER_SOURCES:
+            if name in args:
+                return f'{{not_a_dead_letter_queue,"{name}"}}'
+        if qpid_flag(args.get("x-qpid-dlq-enabled")):
+            return '{not_a_dead_letter_queue,"x-qpid-dlq-enabled"}'
+    return error
+
+
 def check_dlx_routing_key(typed: Typed, args: FieldTable) -> str | None:
     error = check_string(typed, args)
     if error is None and not ("x-dead-letter-exchange" in args or "x-dead-letter-address" in args):

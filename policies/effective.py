@@ -81,6 +81,8 @@ class QueueSettings:
     # Qpid
     qpid_maximum_delivery_count: int | None
     qpid_dlq_enabled: bool
+    # ours: ms a dead letter may wait before it is archived (None: forever)
+    dead_letter_retention: int | None
 
     @property
     def redelivery(self) -> Redelivery:
@@ -186,6 +188,10 @@ def resolve(arguments: FieldTable | None, policy: Mapping[str, object] | None = 
     if values.get("dead_letter_exchange") is None:
         # A routing key or strategy without an exchange does nothing (3.13 logs it).
         values.pop("dead_letter_routing_key", None)
+    if values.get("dead_letter_exchange") is not None or values.get("qpid_dlq_enabled"):
+        # Retention is for the last stop of dead letters; a queue that sends
+        # its own on is not one (its argument is refused at declaration).
+        values.pop("dead_letter_retention", None)
     if values.get("queue_type") == "quorum" and values.get("overflow") == REJECT_PUBLISH_DLX:
         values["overflow"] = DROP_HEAD  # quorum queues do not support it (3.13 warns)
     return QueueSettings(**{**DEFAULTS, **values})

@@ -33,6 +33,7 @@ from .checks import (
     ValueRule,
     boolean,
     check_bool,
+    check_dead_letter_retention,
     check_dlx_routing_key,
     check_expires,
     check_expiry,
@@ -66,6 +67,7 @@ CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
 BOTH = frozenset({CLASSIC, QUORUM})
 ALL_TYPES = frozenset({CLASSIC, QUORUM, STREAM})
 RABBITMQ, ARTEMIS, QPID = "RabbitMQ", "ActiveMQ Artemis", "Qpid"
+OURS = "amqp-server"  # settings no other broker has
 
 AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
 # The queue types built here (a stream is refused at declaration).
@@ -256,6 +258,16 @@ SETTINGS: tuple[Setting, ...] = (
             check_non_neg_int, None, "", None, ARGUMENT_ONLY, BOTH, QPID, equivalence=True),
     Setting("qpid_dlq_enabled", "x-qpid-dlq-enabled", None, check_qpid_flag, None, "", False,
             ARGUMENT_ONLY, BOTH, QPID, equivalence=True),
+    # -- this broker's own ------------------------------------------------------------
+    # How long (ms) a dead letter may wait in a dead letter queue before it
+    # is archived (docs/dead-letter-queues.md): counted from its latest
+    # x-death time.  Only a queue whose messages are not dead-lettered
+    # onward takes it: the argument is refused on any other, a policy's
+    # value does nothing there (effective.py).
+    Setting("dead_letter_retention", "x-dead-letter-retention", "dead-letter-retention",
+            check_dead_letter_retention, int_at_least(1, "milliseconds"),
+            "is not a valid dead letter retention", None, SMALLER_WINS, BOTH, OURS,
+            equivalence=True),
     # -- streams' own arguments: streams are not built, but their arguments
     # on a classic or quorum queue are refused as RabbitMQ refuses them --------------
     _elsewhere("x-max-age", frozenset({STREAM})),

@@ -102,7 +102,7 @@ def read_events(spark: SparkSession, sources: list[LogSource], parquet_dir: str,
     frames = []
     for source in sources:
         compacted = done.compacted(source.data_dir)
-        files = [path for path in source.files if _name(path) not in compacted]
+        files = [path for path in source.every_file if _name(path) not in compacted]
         if files:
             frames.append(read_json(spark, source, files))
     batches = done.batches([source.data_dir for source in sources])

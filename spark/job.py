@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, functions as F
 
 from . import checkpoint, fact_tables, report, tables
 from .buckets import bucket_unit
@@ -21,6 +21,7 @@ from .sources import LogSource, is_uri, local_sources, unique, uri_sources
 from .table_files import REPLAY_FILE, write_replay_file, write_tables
 
 PARQUET_DIR = "dead-letters-parquet"  # under the data directory, for one broker
+ARCHIVED = "archived"  # the outcome of a record retention archived
 
 # The tables in the order the report shows them.
 ORDER = ("over_time", "by_node", "by_queue_reason", "by_exchange", "top_poison", "cycles",
@@ -96,8 +97,14 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     progress("aggregating the events")
     filters = tables.Filters(args.since, args.until, args.vhost, args.queue, args.node)
     split = tables.Split(args.by_node)
-    prepared = tables.prepare(filters.apply(
-        read_events(spark, sources, parquet_dir, done, filters.partitions)))
+    events = filters.apply(read_events(spark, sources, parquet_dir, done, filters.partitions))
+    # Retention's archive records (and the log's lines of their removal)
+    # are no deaths: counted apart, once each (a record and its log line
+    # share their head: queue, time, message).
+    is_archived = F.col("outcome").eqNullSafe(ARCHIVED)
+    archived = events.where(is_archived).dropDuplicates(
+        ["vhost", "queue", "time", "message_id", "body_sha256"])
+    prepared = tables.prepare(events.where(~is_archived))
     # One query fetches the facts and the tables that need the events; the
     # two caches are built on the way and shared by them.
     facts = tables.facts(prepared).cache()
@@ -112,6 +119,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     fetched.update(fact_tables.from_facts(fact_rows, split))
     totals = fact_tables.totals(fact_rows, split)
     summary = tables.summary(totals, repeats["repeats"], repeats["died_again_after_redrive"])
+    summary["archived"] = archived.count()
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()
     repeated.unpersist()

@@ -55,7 +55,7 @@ def size_input(sources: list[LogSource], parquet_dir: str | None,
     log_bytes = 0
     for source in sources:
         compacted = done.compacted(source.data_dir)
-        log_bytes += sum(size for path, size in zip(source.files, source.sizes)
+        log_bytes += sum(size for path, size in zip(source.every_file, source.every_size)
                          if path.rsplit("/", 1)[-1] not in compacted)
     dataset = Path(parquet_dir) / EVENTS if parquet_dir else None
     parquet_bytes = sum(path.stat().st_size for path in dataset.rglob("*")

@@ -21,6 +21,11 @@ from urllib.parse import unquote, urlsplit
 
 LOG_DIR = "dead-letters"
 LOG_SUFFIX = ".ndjson"
+# Retention's archive (the broker's storage/archive.py): records of the log's
+# fields, outcome `archived`, partitioned node=/day=; every file is sealed
+# (written whole, then renamed into place).
+ARCHIVE_DIR = "dead-letter-archive"
+ARCHIVE_PATTERN = "archive-*" + LOG_SUFFIX
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -36,6 +41,8 @@ class LogSource:
     data_dir: str
     files: tuple[str, ...]
     sizes: tuple[int, ...] = ()  # of each file, in bytes
+    archived: tuple[str, ...] = ()  # the archive's files (all sealed)
+    archived_sizes: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -45,7 +52,15 @@ class LogSource:
 
     @property
     def sealed(self) -> tuple[str, ...]:
-        return self.files[:-1]
+        return self.files[:-1] + self.archived
+
+    @property
+    def every_file(self) -> tuple[str, ...]:
+        return self.files + self.archived
+
+    @property
+    def every_size(self) -> tuple[int, ...]:
+        return self.sizes + self.archived_sizes
 
 
 def is_uri(spec: str) -> bool:
@@ -71,10 +86,13 @@ def local_sources(specs: list[str]) -> tuple[list[LogSource], list[str]]:
                 raise DataDirError(f"{spec}: {path} is not a directory (give the broker's "
                                    "--data-dir)")
             files = sorted((path / LOG_DIR).glob(f"*{LOG_SUFFIX}"))
-            if not files:
+            archived = sorted((path / ARCHIVE_DIR).rglob(ARCHIVE_PATTERN), key=lambda f: f.name)
+            if not files and not archived:
                 notes.append(no_log_note(str(path)))
             sources.append(LogSource(str(path), tuple(map(str, files)),
-                                     tuple(f.stat().st_size for f in files)))
+                                     tuple(f.stat().st_size for f in files),
+                                     tuple(map(str, archived)),
+                                     tuple(f.stat().st_size for f in archived)))
     return sources, notes
 
 

@@ -133,6 +133,10 @@ OLD_SETTINGS = (  # (key, argument, merge, policy_error, target, unsupported_by,
 )
 # The policy keys RabbitMQ 3.13 has that the old list refused.
 NEW_KEYS = {"queue-mode", "queue-version", "max-in-memory-length", "max-in-memory-bytes"}
+# This broker's own settings since, arguments and policy keys of both queue
+# types (dead letter retention: docs/dead-letter-queues.md).
+OURS = {"x-dead-letter-retention"}
+OUR_KEYS = {"dead-letter-retention"}
 OLD_OTHER_ARGUMENTS = ("x-qpid-maximum-delivery-count", "x-qpid-dlq-enabled", "x-queue-type",
                        "x-max-priority", "x-single-active-consumer", "x-queue-mode",
                        "x-queue-version", "x-max-in-memory-length", "x-max-in-memory-bytes")
@@ -148,13 +152,13 @@ OLD_QUEUE_TYPES = {
         "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
         "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
         "x-queue-version", "x-single-active-consumer", "x-queue-type",
-        "x-queue-master-locator"} | ARTEMIS | QPID),
+        "x-queue-master-locator"} | ARTEMIS | QPID | OURS),
     "quorum": ("rabbit_quorum_queue", {
         "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
         "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
         "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
         "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
-        "x-queue-leader-locator"} | ARTEMIS | QPID),
+        "x-queue-leader-locator"} | ARTEMIS | QPID | OURS),
 }
 OLD_STREAM_ONLY = {"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
                    "x-stream-filter-size-bytes"}
@@ -174,7 +178,7 @@ OLD_EQUIVALENCE_RABBITMQ = (  # broker/vhost.py, in RabbitMQ's order; then ours
 
 
 def test_the_policy_keys_are_the_old_ones_and_3_13s():
-    assert set(registry.BY_KEY) == {row[0] for row in OLD_SETTINGS} | NEW_KEYS
+    assert set(registry.BY_KEY) == {row[0] for row in OLD_SETTINGS} | NEW_KEYS | OUR_KEYS
     for key, argument, merge, error, target, unsupported, alias in OLD_SETTINGS:
         row = registry.BY_KEY[key]
         assert (row.argument, row.merge, row.policy_error, row.target, set(row.skipped_by)) \
@@ -201,7 +205,7 @@ def test_queue_types_stream_arguments_and_declare_order_are_unchanged():
 def test_the_equivalence_list_is_the_old_one_and_vhost_uses_it():
     ours = registry.EQUIVALENCE_ARGUMENTS
     assert ours[:len(OLD_EQUIVALENCE_RABBITMQ)] == OLD_EQUIVALENCE_RABBITMQ
-    assert set(ours[len(OLD_EQUIVALENCE_RABBITMQ):]) == ARTEMIS | QPID
+    assert set(ours[len(OLD_EQUIVALENCE_RABBITMQ):]) == ARTEMIS | QPID | OURS
     assert vhost.QUEUE_EQUIVALENCE_ARGS is ours
 
 

@@ -12,6 +12,7 @@ from policies.model import Policy, make_policy
 from policies.store import PolicyStore
 
 from ..config import BrokerConfig
+from ..storage.archive import ARCHIVE_DIR
 from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definition_log import NO_JOURNAL, DefinitionLog
 from ..storage.lock import DataDirError, DataDirLock
@@ -19,7 +20,9 @@ from ..storage.message_store import MessageStore
 from ..storage.paging import Paging
 from . import boot, resources
 from .access_control import AccessControl, Grant
+from .archiving import Archiver
 from .counters import Counters
+from .dead_letter_watch import DeadLetterWatch
 from .direct_reply import DirectReplies
 from .permissions import NO_ACCESS, Permission
 from .timers import Timers
@@ -45,6 +48,8 @@ class Broker:
     store: MessageStore | None = None
     paging: Paging | None = None
     dead_letter_log: DeadLetterLog | None = None
+    # Retention's archive (archiving.py), with the data directory.
+    archiver: Archiver | None = None
     data_dir_lock: DataDirLock | None = None
     _owns_lock: bool = False
     # Resource alarms in force ("disk", "memory"); the shell watches them.
@@ -63,6 +68,8 @@ class Broker:
     cluster: object | None = None
 
     def __post_init__(self) -> None:
+        self.dead_letter_watch = DeadLetterWatch(self.config.alert_thresholds(),
+                                                 self.config.dead_letter_alert_interval)
         # The one permission service: AMQP channels and the HTTP API ask it.
         self.access = AccessControl(self.users, self.permissions, self.vhosts,
                                     self.config.loopback_users)
@@ -219,6 +226,15 @@ class Broker:
                     count += queue.sweep(at)
         return count
 
+    def watch_dead_letters(self, now: float | None = None) -> None:
+        """Once a second: arrival marks, the dead-letter alerts' samples
+        when their interval is up (dead_letter_watch.py), and retention's
+        archiving (archiving.py)."""
+        now = time.time() * 1000.0 if now is None else now
+        self.dead_letter_watch.tick(list(self.vhosts.values()), now)
+        if self.archiver is not None:
+            self.archiver.tick(now)
+
     def scan_auto_created(self) -> int:
         """Artemis's address-queue scan: delete the unused auto-created
         DLQ./EXP. queues.  Returns how many went."""
@@ -246,10 +262,15 @@ class Broker:
             self._owns_lock = True
         self.data_dir_lock = lock
         try:
-            return boot.load(self, data_dir)
+            problems = boot.load(self, data_dir)
         except (OSError, ValueError) as exc:
             self.close_data_dir()
             raise DataDirError(f"cannot use data directory {data_dir}: {exc}") from None
+        # An archive that cannot be written stops no start: the broker keeps
+        # the dead letters and says why (Archiver.problem).
+        self.archiver = Archiver(self, self.config.dead_letter_archive_dir
+                                 or data_dir / ARCHIVE_DIR)
+        return problems
 
     def close_data_dir(self) -> None:
         """After the store has shut down: another broker may take the directory."""

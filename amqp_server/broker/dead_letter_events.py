@@ -50,3 +50,25 @@ def event_head(common: str, now: float, cause: str | None, targets: list[str]) -
             f'"outcome":"{"dropped" if cause else "dead_lettered"}",'
             f'"drop_cause":{json_text(cause)},'
             f'"target_queues":[{",".join(map(encode_basestring, targets))}]')
+
+
+ARCHIVED = "archived"
+
+
+def archive_head(vhost: str, queue: str, exchange: str, routing_keys, history,
+                 now: float) -> str:
+    """The shared fields of the record of a dead letter that retention
+    archived out of `queue` (its dead letter queue): the reason of its
+    latest death, its whole history, no target.  The same head starts its
+    archive record and its dead-letter log line."""
+    first = history.first or (None, None, None)
+    common = {
+        "vhost": vhost, "queue": queue, "reason": history.deaths[0].reason,
+        "exchange": exchange, "routing_keys": list(routing_keys),
+        "dead_letter_exchange": None, "dead_letter_routing_keys": [],
+        "deaths": deaths_json(history),
+        "first_death_reason": first[0], "first_death_queue": first[1],
+        "first_death_exchange": first[2],
+    }
+    return (f'{encode_json(common)[:-1]},"time":{int(now * 1_000_000)},'
+            f'"outcome":"{ARCHIVED}","drop_cause":null,"target_queues":[]')

@@ -100,6 +100,7 @@ class DeadLetterer:
         plans: dict = {}
         plan_heads: dict = {}  # plan -> log line head, for the usual outcome
         republished = 0
+        received: dict[int, list] = {}  # id(targets) -> [targets, dead letters they took]
         for message in messages:
             message = message.origin or message
             header = message.header
@@ -129,6 +130,16 @@ class DeadLetterer:
                     accepted = [t.name for t in plan.targets if t not in outcome.refused]
                     if not outcome.taken:
                         cause = TARGET_FULL
+                    for taker in plan.targets:
+                        if taker not in outcome.refused:
+                            taker.stats["dead_letters_received"][reason] += 1
+                else:
+                    # Counted per plan below: one addition per target, not per message.
+                    taken = received.get(id(plan.targets))
+                    if taken is None:
+                        received[id(plan.targets)] = [plan.targets, 1]
+                    else:
+                        taken[1] += 1
             if cause is None:
                 republished += 1
             elif settings.at_least_once and cause in (DLX_MISSING, NO_ROUTE, TARGET_FULL):
@@ -148,6 +159,9 @@ class DeadLetterer:
                 self.log.record(head, message.header, message.body)
         if republished:
             stats["dead_lettered"][reason] += republished
+        for targets, count in received.values():
+            for taker in targets:
+                taker.stats["dead_letters_received"][reason] += count
         return held
 
     @staticmethod

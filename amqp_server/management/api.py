@@ -211,6 +211,13 @@ async def overview(request: web.Request) -> web.Response:
         **request.app[RATES].overview([v.name for v in vhosts], monitor, wanted),
         # Resource alarms block every publisher: anyone may know they are on.
         "alarms": sorted(request.app[BROKER].alarms),
+        # The queues whose dead-letter alerts fire (dlx/alerts.py), in the
+        # vhosts the user may see.
+        "dead_letter_alerts": [
+            alert for alert in request.app[BROKER].dead_letter_watch.alerts()
+            if alert["vhost"] in {v.name for v in vhosts}],
+        # Retention's archive, and why it takes no records, if it does not.
+        "dead_letter_archive": health.archive_status(request.app[BROKER]),
     }
     if monitor:
         answer["listeners"] = [{"node": NODE, **listener}

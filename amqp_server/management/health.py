@@ -1,5 +1,6 @@
 """RabbitMQ's health checks and node view for probes and monitors:
 /api/health/checks/{alarms,local-alarms,port-listener/{port},virtual-hosts},
+ours /api/health/checks/dead-letter-archive,
 /api/aliveness-test/{vhost}, /api/nodes and /api/nodes/{name}.
 
 The answers are RabbitMQ 3.10's (rabbit_mgmt_wm_health_check_*): 200
@@ -57,6 +58,27 @@ def _alarm_check(reason: str):
         return _failed(reason, alarms=[{"resource": ALARM_RESOURCES.get(a, a), "node": NODE}
                                        for a in sorted(alarms)])
     return check
+
+
+def archive_status(broker) -> dict:
+    """Retention's archive: where, how many archived, and what keeps it
+    from taking records, if anything (broker/archiving.py)."""
+    archiver = broker.archiver
+    if archiver is None:
+        return {"directory": None, "archived": 0, "problem": None, "problem_since": None}
+    return {"directory": str(archiver.directory), "archived": archiver.archived,
+            "problem": archiver.problem,
+            "problem_since": None if archiver.problem_since is None
+            else int(archiver.problem_since * 1000)}
+
+
+async def dead_letter_archive(request: web.Request) -> web.Response:
+    """Ours: fails while retention cannot write its archive (the dead
+    letters then stay in their queues)."""
+    status = archive_status(request.app[BROKER])
+    if status["problem"] is None:
+        return _ok(**status)
+    return _failed(status["problem"], **status)
 
 
 async def port_listener(request: web.Request) -> web.Response:
@@ -171,6 +193,7 @@ def add_routes(router) -> None:
                    _alarm_check("There are alarms in effect on the node"))
     router.add_get("/api/health/checks/port-listener/{port}", port_listener)
     router.add_get("/api/health/checks/virtual-hosts", virtual_hosts)
+    router.add_get("/api/health/checks/dead-letter-archive", dead_letter_archive)
     router.add_get("/api/aliveness-test/{vhost}", aliveness_test)
     router.add_get("/api/nodes", list_nodes)
     router.add_get("/api/nodes/{name}", get_node)

@@ -17,6 +17,7 @@ mnesia, I/O) have no counterpart here and are not emitted.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -372,8 +373,13 @@ def cluster_metrics(broker, vhost=None) -> dict[str, list[Metric]]:
 
 def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
     """Per queue: dead-lettered by reason, dropped by cause and reason,
-    expired, held (at-least-once), delayed (Artemis redelivery delay)."""
+    expired, held (at-least-once), delayed (Artemis redelivery delay); and
+    what the dead-letter alerts read (docs/prometheus/): the age of the
+    oldest message and of the oldest dead letter, dead letters waiting and
+    received by reason."""
     dead, dropped, expired, held, delayed = [], [], [], [], []
+    oldest, oldest_dead, waiting, received, archived = [], [], [], [], []
+    now = time.time()
     for v, queue in _queues(broker, vhost):
         base = {"vhost": v, "queue": queue.name}
         counters = dead_letter_counters(queue)
@@ -384,7 +390,28 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
         expired.append((base, counters["expired"]))
         held.append((base, counters["dead_letter_held"]))
         delayed.append((base, queue.delayed_count))
+        census = queue.dead_letter_census()
+        oldest.append((base, round(queue.oldest_age(now * 1000.0), 3)))
+        oldest_dead.append((base, float(max(0.0, now - census.oldest_death))
+                            if census.waiting and census.oldest_death is not None else 0.0))
+        waiting.extend(({**base, "reason": reason}, census.waiting.get(reason, 0))
+                       for reason in REASONS)
+        archived.append((base, queue.stats["archived"]))
+        arrived = queue.stats["dead_letters_received"]
+        received.extend(({**base, "reason": reason}, arrived.get(reason, 0))
+                        for reason in REASONS)
     return [
+        ("queue_oldest_message_age_seconds", "gauge",
+         "Seconds since the message at the head of the queue arrived (at least)", oldest),
+        ("queue_oldest_dead_letter_age_seconds", "gauge",
+         "Seconds since the oldest dead letter waiting in the queue died (x-death time)",
+         oldest_dead),
+        ("queue_dead_letters_waiting", "gauge",
+         "Dead letters ready in the queue, by the reason of their latest death", waiting),
+        ("queue_dead_letters_received_total", "counter",
+         "Dead letters other queues' deaths put in the queue, by reason", received),
+        ("queue_dead_letters_archived_total", "counter",
+         "Dead letters retention archived out of the queue", archived),
         ("queue_messages_dead_lettered_total", "counter",
          "Messages dead-lettered, by reason", dead),
         ("queue_messages_dead_letter_dropped_total", "counter",
@@ -397,10 +424,17 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
     ]
 
 
+_AGES = ("queue_oldest_message_age_seconds", "queue_oldest_dead_letter_age_seconds")
+
+
 def _dead_letters_aggregated(broker) -> list[Metric]:
     """The same summed over queues, deleted queues included, so the
     counters never go down."""
-    summed = _aggregate(dead_letter_metrics(broker), keep=("reason", "cause"))
+    per_queue = dead_letter_metrics(broker)
+    summed = _aggregate([m for m in per_queue if m[0] not in _AGES], keep=("reason", "cause"))
+    # An age summed over queues means nothing: the oldest of all.
+    summed += [(name, kind, help_text, [({}, max((v for _, v in samples), default=0.0))])
+               for name, kind, help_text, samples in per_queue if name in _AGES]
     c = broker.counters
     retired = {
         "queue_messages_dead_lettered_total": Counter(

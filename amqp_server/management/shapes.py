@@ -24,6 +24,8 @@ def dead_letter_counters(queue) -> dict:
         "expired": stats["expired"],
         "rejected_publishes": stats["rejected_publishes"],
         "dead_letter_held": queue.held_count,
+        # ours: dead letters retention archived out of the queue
+        "dead_letters_archived": queue.stats["archived"],
     }
 
 

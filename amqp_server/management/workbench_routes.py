@@ -6,6 +6,8 @@
     POST /api/queues/{vhost}/{name}/redrive               -> 202 {"task": id, ...}
     POST /api/queues/{vhost}/{name}/move
     POST /api/queues/{vhost}/{name}/delete-messages
+    GET  /api/queues/{vhost}/{name}/archive               its archived dead letters, searched
+    POST /api/queues/{vhost}/{name}/archive/redrive       -> 200 what was redriven
     GET  /api/tasks, GET /api/tasks/{id}, DELETE /api/tasks/{id} (stop it)
 
 Permissions are those of the AMQP operations the actions amount to: read
@@ -18,6 +20,9 @@ and to monitoring users and administrators.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from aiohttp import web
 
 from dlx.redrive import parse_filter
@@ -25,7 +30,7 @@ from dlx.redrive import parse_filter
 from ..broker.permissions import CONFIGURE
 from ..errors import NOT_FOUND, AMQPError
 from ..remote_publisher import parse_uri
-from . import workbench
+from . import archive_search, workbench
 from .requests import (
     BROKER,
     USER_KEY,
@@ -97,6 +102,48 @@ async def messages(request: web.Request) -> web.Response:
     wanted = _filter(query)
     return web.json_response(workbench.page(request.app[BROKER], vhost, queue, wanted,
                                             offset, limit, shown))
+
+
+# ---- the archive beside the queue --------------------------------------------------
+
+def _archive(request: web.Request):
+    archiver = request.app[BROKER].archiver
+    if archiver is None:
+        raise BadRequest("this broker keeps no archive (it has no data directory)")
+    return archiver.files
+
+
+async def archived_messages(request: web.Request) -> web.Response:
+    vhost, queue = readable_queue(request)
+    files = _archive(request)
+    query = dict(request.query)
+    offset = _number(query.pop("offset", None), "offset", 0)
+    limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
+                    workbench.PAGE_MAX)
+    shown = _number(query.pop("truncate", None), "truncate", workbench.BODY_SHOWN)
+    wanted = _filter(query)
+    found, redriven = await asyncio.get_running_loop().run_in_executor(
+        None, archive_search.search, files, vhost.name, queue.name, wanted)
+    return web.json_response(archive_search.page(files, vhost, queue.name, found, redriven,
+                                                 offset, limit, shown))
+
+
+async def redrive_archived(request: web.Request) -> web.Response:
+    """Archived dead letters back to where they came from, now (at most
+    REDRIVE_MAX a request): the rights of a redrive (read on the queue,
+    write on each target exchange)."""
+    vhost, queue = readable_queue(request)
+    files = _archive(request)
+    body = await read_body(request)
+    loop = asyncio.get_running_loop()
+    try:
+        picked, missing = await loop.run_in_executor(
+            None, archive_search.chosen, files, vhost.name, queue.name, body, _filter)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
+    result = await archive_search.redrive(target, files, picked, time.time(), loop)
+    return web.json_response({**result, "missing": missing})
 
 
 # ---- actions ----------------------------------------------------------------------
@@ -247,6 +294,8 @@ def add_routes(app: web.Application, broker) -> None:
     r.add_put("/api/queues/{vhost}/{name}/dead-letter-mark", mark)
     r.add_delete("/api/queues/{vhost}/{name}/dead-letter-mark", mark)
     r.add_get("/api/queues/{vhost}/{name}/messages", messages)
+    r.add_get("/api/queues/{vhost}/{name}/archive", archived_messages)
+    r.add_post("/api/queues/{vhost}/{name}/archive/redrive", redrive_archived)
     r.add_post("/api/queues/{vhost}/{name}/redrive", redrive)
     r.add_post("/api/queues/{vhost}/{name}/move", move)
     r.add_post("/api/queues/{vhost}/{name}/delete-messages", delete_messages)

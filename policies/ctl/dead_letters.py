@@ -5,6 +5,8 @@
     amqpctl redrive [-p VHOST] [QUEUE] --from-file AUDIT/replay-candidates.ndjson
     amqpctl move_messages [-p VHOST] QUEUE EXCHANGE [ROUTING_KEY] [--to-uri URI] [filters]
     amqpctl delete_dead_letters [-p VHOST] QUEUE [filters]
+    amqpctl list_archived [-p VHOST] QUEUE [filters]
+    amqpctl redrive_archived [-p VHOST] QUEUE [filters] [--event-id ID ...] [--again]
 
 Without QUEUE, list_dead_letters lists the queues holding dead letters;
 with it, their messages, peeked (nothing is consumed).  The actions run as
@@ -13,7 +15,8 @@ It exits 0 when every chosen message went, 65 when some could not (not
 found, unroutable, refused), 69 when the task failed (the other broker
 unreachable, say), as rabbitmqctl's codes go.  A failure is one `Error:`
 line on stderr.  With QUEUE, --from-file redrives only that queue's lines
-(in VHOST) and says how many others it skipped.
+(in VHOST) and says how many others it skipped.  The `_archived` verbs read
+and redrive what retention archived out of QUEUE (docs/workbench.md).
 """
 
 from __future__ import annotations
@@ -82,6 +85,49 @@ def _time(seconds: float | None) -> str | None:
     if seconds is None:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+# ---- the archive ---------------------------------------------------------------
+
+ARCHIVE_COLUMNS = ["event_id", "message_id", "reason", "original_queue", "first_died_at",
+                   "archived_at", "redriven_at", "payload_bytes"]
+
+
+def list_archived(api: Api, args: argparse.Namespace) -> None:
+    say(args, f"Listing archived dead letters of queue {args.queue} in vhost {args.vhost} ...")
+    query = urlencode({**_filter(args), "offset": args.offset, "limit": args.limit})
+    try:
+        page = api.call("GET", f"{queue_path(args.vhost, args.queue)}/archive?{query}")
+    except CtlError as exc:
+        raise not_found_as(api, args.vhost, exc,
+                            f"queue '{args.queue}' in vhost '{args.vhost}'") from None
+    table(args, ARCHIVE_COLUMNS, [
+        {**message, "message_id": message["properties"].get("message_id"),
+         "first_died_at": _time(message["died_at"]),
+         "archived_at": _time(message["archived_at"] / 1e6 if message["archived_at"] else None),
+         "redriven_at": _time(message["redriven_at"])} for message in page["messages"]])
+
+
+def redrive_archived(api: Api, args: argparse.Namespace) -> None:
+    body: dict[str, Any] = ({"event_ids": args.event_id} if args.event_id
+                            else {"filter": _filter(args)})
+    body["again"] = args.again
+    try:
+        result = api.call("POST", f"{queue_path(args.vhost, args.queue)}/archive/redrive",
+                          body)
+    except CtlError as exc:
+        raise not_found_as(api, args.vhost, exc,
+                            f"queue '{args.queue}' in vhost '{args.vhost}'") from None
+    parts = [f"{result['redriven']} redriven"]
+    if result["missing"]:
+        parts.append(f"{len(result['missing'])} not in the archive")
+    reasons: defaultdict[str, int] = defaultdict(int)
+    for kept in result["kept"]:
+        reasons[kept["why"]] += 1
+    parts.extend(f"{count} kept: {why}" for why, count in reasons.items())
+    print(", ".join(parts))
+    if result["missing"] or result["kept"]:
+        raise CtlError("some archived dead letters were not redriven", EX_DATAERR)
 
 
 # ---- actions -----------------------------------------------------------------
@@ -253,3 +299,17 @@ def register(verb: AddVerb) -> None:
     sub = verb("delete_dead_letters", delete_dead_letters, "delete chosen messages of a queue")
     sub.add_argument("queue")
     action(sub)
+    sub = verb("list_archived", list_archived,
+               "list the dead letters retention archived out of a queue")
+    sub.add_argument("queue")
+    filters(sub)
+    sub.add_argument("--offset", type=int, default=0)
+    sub.add_argument("--limit", type=int, default=100)
+    sub = verb("redrive_archived", redrive_archived,
+               "send archived dead letters back where they came from")
+    sub.add_argument("queue")
+    filters(sub)
+    sub.add_argument("--event-id", action="append",
+                     help="only the archived record with this event_id (repeatable)")
+    sub.add_argument("--again", action="store_true",
+                     help="redrive records that were redriven before too")

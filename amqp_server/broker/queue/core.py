@@ -8,7 +8,8 @@ own their state (DESIGN.md, "A queue is built from parts"):
 - `redelivery` (redelivery.py): returns, delays, delivery limits, held
   dead letters;
 - `pager` (paging.py): which ready messages live in page files;
-- `selection` (selection.py): messages the workbench takes out by seq.
+- `selection` (selection.py): messages the workbench takes out by seq;
+- `arrivals` (arrivals.py): when its messages arrived, to the second.
 
 The queue is the only one that talks to more than one part.  What its
 decisions ask of the world (deliveries, dead letters, the store, timers)
@@ -40,6 +41,7 @@ workbench call):
     touch()                          used (x-expires)
     withdraw / restore_withdrawn / discard_withdrawn   the workbench
     purge(), close()
+    mark_arrivals(now)               the broker's tick (arrivals.py)
     apply_settings(settings), attach_paging(paging), page_out_tail()
     pages_next(), page_stored(items), restore(entry, due), restored_up_to(seq)
                                      recovery (boot.py)
@@ -56,6 +58,8 @@ from policies.effective import QueueSettings, resolve
 from ...wire.table import FieldTable
 from ..message import Entry, Message
 from ..timers import Alarm, Timers, now_ms
+from .arrivals import Arrivals
+from .census import Census, take_census
 from .dispatch import PriorityGroups, RoundRobin, SingleActive
 from .effects import (
     EXPIRES,
@@ -119,6 +123,9 @@ class Queue:
         self.redelivery = Redelivery(rng if rng is not None else _RNG)
         self.pager = Pager(vhost, name, self.ready.lane_count)
         self.selection = Selection()
+        self.arrivals = Arrivals()
+        self._marked_seq = 0  # next_seq at the last tick that marked
+        self._census: tuple[tuple, Census] | None = None
         # The queue's own state: what the parts share.
         self.ready_bytes = 0  # body bytes of the ready messages, in memory and paged
         self.exclusive_consumer = None
@@ -133,8 +140,12 @@ class Queue:
         self.published = 0
         self.delivered = 0
         self.acked = 0
+        # dead_letters_received: dead letters other queues' deaths put
+        # here, by reason (the dead-letterer counts them); archived: dead
+        # letters retention archived out of it (broker/archiving.py).
         self.stats = {"dead_lettered": Counter(), "dropped": Counter(), "expired": 0,
-                      "rejected_publishes": 0}
+                      "rejected_publishes": 0, "dead_letters_received": Counter(),
+                      "archived": 0}
         # The shell: where effects go.  The virtual host sets the sinks.
         # dead_letter_sink(queue, messages, reason) -> held (message, reason)
         self.dead_letter_sink: Callable[..., list | None] = _discard
@@ -200,6 +211,41 @@ class Queue:
     def held_count(self) -> int:
         """Dead letters no target took yet (quorum at-least-once)."""
         return self.redelivery.held_count
+
+    def oldest_age(self, now: float) -> float:
+        """Seconds (at least) since the message at the head arrived; 0
+        for an empty queue or one that arrived since the last tick."""
+        ready = self.ready
+        if not ready:
+            return 0.0
+        arrived = self.arrivals.arrived_by(ready[0].seq)
+        return 0.0 if arrived is None else max(0.0, (now - arrived) / 1000.0)
+
+    def dead_letter_census(self) -> Census:
+        """The waiting dead letters (census.py), taken again only when
+        messages came, went or came back since the last time."""
+        key = (self.next_seq, self.delivered, len(self.ready), self.ready_bytes)
+        cached = self._census
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        census = take_census(self.ready)
+        self._census = (key, census)
+        return census
+
+    def mark_arrivals(self, now: float) -> None:
+        """The broker's tick: messages numbered below next_seq had arrived
+        by `now`; marks below the head bound nothing any more.  A queue
+        nothing arrived in since its last tick costs one comparison (a
+        broker may have 100,000 queues)."""
+        if self.next_seq == self._marked_seq:
+            return
+        self._marked_seq = self.next_seq
+        ready = self.ready
+        head = ready[0].seq if ready else self.next_seq
+        arrivals = self.arrivals
+        arrivals.forget_below(head)
+        if self.next_seq > head:
+            arrivals.mark(self.next_seq, now)
 
     @property
     def needs_sweep(self) -> bool:

@@ -267,6 +267,9 @@
     const rateTiles = el("div", {class: "tiles", id: "overview-rates"});
     const deadTiles = el("div", {class: "tiles", id: "overview-dead-letters"});
     const alarms = el("div", {id: "overview-alarms"});
+    // Dead letter queues whose alerts fire (the broker evaluates the
+    // shipped Prometheus rules' conditions itself).
+    const alerting = el("div", {id: "overview-dead-letter-alerts"});
     const listeners = el("div", {id: "overview-listeners"});
     // The cluster's members (a single broker is a cluster of one), for users
     // who may see nodes (monitoring, administrator).
@@ -283,7 +286,7 @@
     const depth = chart("overview-depth-chart", "Queued messages", "", 600);
     const rates = chart("overview-rates-chart", "Message rates", "/s", 600);
     const dead = chart("overview-dead-chart", "Dead-lettered, by reason", "/s", 600);
-    root.append(el("h1", {text: "Overview"}), alarms, el("h2", {text: "Totals"}), tiles,
+    root.append(el("h1", {text: "Overview"}), alarms, alerting, el("h2", {text: "Totals"}), tiles,
       el("div", {class: "charts"}, depth.node, rates.node),
       el("h2", {text: "Message rates now"}), rateTiles,
       el("div", {class: "charts"}, dead.node, el("div", {class: "card"},
@@ -309,9 +312,19 @@
       rates.draw(rateLines, chartData(rateLines.map((l) => m[l.key + "_details"]), true));
       dead.draw(REASON_LINES, chartData(REASON_LINES.map((l) => o.dead_lettered_details[l.key]), true));
       deadTiles.replaceChildren(...deadLetterTiles(o.dead_lettered, o.dead_lettered_details));
+      const archive = o.dead_letter_archive || {};
       alarms.replaceChildren(...(o.alarms && o.alarms.length
         ? o.alarms.map((a) => el("span", {class: "alarm", text: `${a} alarm: publishers are blocked`}))
-        : [el("span", {class: "ok", text: "No resource alarms."})]));
+        : [el("span", {class: "ok", text: "No resource alarms."})]),
+        ...(archive.problem ? [el("span", {class: "alarm", id: "overview-archive-problem",
+          text: `Dead-letter archive: ${archive.problem}`})] : []));
+      const firing = o.dead_letter_alerts || [];
+      alerting.replaceChildren(...(firing.length
+        ? [el("h2", {text: "Dead letter queues alerting"}),
+          el("ul", {}, ...firing.map((a) => el("li", {class: "alarm dead-letter-alert"},
+            el("a", {href: queueHref({vhost: a.vhost, name: a.queue}), text: a.queue}),
+            ` (${a.vhost}): ${a.alerts.join(", ")}`)))]
+        : [el("span", {class: "ok", text: "No dead-letter alerts."})]));
       listeners.replaceChildren(...(o.listeners ? [el("h2", {text: "Listeners"}),
         el("table", {}, el("tr", {}, el("th", {text: "Protocol"}), el("th", {text: "Port"})),
           ...o.listeners.map((l) => el("tr", {}, el("td", {text: l.protocol}),
@@ -800,12 +813,62 @@
         confirming("Delete", () => act("delete-messages", {}), {id: "action-delete"})),
       taskView);
 
+    // The archive beside the queue: what retention archived, under the same
+    // filter, redriven to origin from there.
+    const archivePicked = new Set();
+    const archiveBody = el("tbody");
+    const archiveCounts = el("p", {class: "muted", id: "archive-counts"});
+    const archiveResult = el("p", {id: "archive-result"});
+    const archiveTable = el("table", {id: "archived"}, el("thead", {}, el("tr", {},
+      ...["", "Message id", "Reason", "Original queue", "Archived", "Redriven", "Bytes", "Body"]
+        .map((title) => el("th", {text: title})))), archiveBody);
+    const archiveCard = el("div", {class: "card", id: "archive", hidden: true},
+      el("h2", {text: "Archived by retention"}), archiveCounts,
+      el("div", {class: "toolbar"},
+        el("button", {type: "button", id: "archive-redrive", text: "Redrive selected to origin",
+          onclick: () => redriveArchived()})),
+      archiveResult, archiveTable);
+
     root.append(el("p", {}, el("a", {href: "#/dead-letters", text: "Dead-letter queues"}), " / ",
       el("a", {href: queueHref({vhost, name: queue}), id: "workbench-queue",
         text: `queue ${queue}: rates and settings`})),
       el("h1", {id: "workbench-title", text: `${queue} (${vhost})`}), counts, error, filterForm,
       actions, el("div", {class: "card"}, pager,
-        el("p", {class: "muted", text: "Choose a message to see its history under it."}), listing));
+        el("p", {class: "muted", text: "Choose a message to see its history under it."}), listing),
+      archiveCard);
+
+    async function loadArchive() {
+      let page;
+      try {
+        page = await api("GET", `${base}/archive?${new URLSearchParams({...current, limit: 500})}`);
+      } catch (_) { archiveCard.hidden = true; return; }  // no archive here
+      archiveCard.hidden = page.matched === 0;
+      archiveCounts.textContent = `${page.matched} archived matching the filter` +
+        (page.matched > page.messages.length ? ` (the first ${page.messages.length} shown)` : "");
+      archiveBody.replaceChildren(...page.messages.map((m) => el("tr", {
+        "data-event-id": m.event_id, "data-message-id": m.properties.message_id ?? ""},
+        el("td", {}, el("input", {type: "checkbox", class: "archive-pick", checked: archivePicked.has(m.event_id),
+          onchange: (event) => { event.target.checked ? archivePicked.add(m.event_id) : archivePicked.delete(m.event_id); }})),
+        el("td", {}, clip(m.properties.message_id ?? "")),
+        el("td", {}, m.reason ? el("span", {class: "reason", text: m.reason}) : ""),
+        el("td", {}, clip(m.original_queue ?? "")),
+        el("td", {class: "time", text: m.archived_at ? dateTime(Math.floor(m.archived_at / 1e6), true) : ""}),
+        el("td", {class: "time", text: m.redriven_at ? dateTime(Math.floor(m.redriven_at), true) : ""}),
+        el("td", {class: "num", text: m.payload_bytes}),
+        el("td", {}, clip((m.payload_text ?? "(binary)").slice(0, 200), "body")))));
+    }
+
+    async function redriveArchived() {
+      if (!archivePicked.size) { showError(error, new Error("Select archived messages first.")); return; }
+      try {
+        const result = await api("POST", `${base}/archive/redrive`, {event_ids: [...archivePicked], again: true});
+        archiveResult.textContent = `${result.redriven} redriven to origin` +
+          (result.kept.length ? `, ${result.kept.length} kept (${result.kept.map((k) => k.why).join(", ")})` : "");
+        archivePicked.clear();
+        showError(error, null);
+      } catch (exc) { showError(error, exc); }
+      loadArchive();
+    }
 
     filterForm.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -885,6 +948,7 @@
       $("#page-prev", pager).disabled = p.offset === 0;
       $("#page-next", pager).disabled = p.offset + p.limit >= p.matched;
       drawList();
+      loadArchive();
     }
 
     async function act(kind, extra) {

@@ -1,0 +1,74 @@
+"""What a queue's waiting dead letters are: how many by the reason of their
+latest death, and when the oldest of them died.  Read by the Prometheus
+gauges, the broker's own alert samples and the retention scan's wake-up.
+
+A dead letter is a ready message with a death history (its `x-death`):
+the dead-letterer hands its copies over with the history as data; any
+other message's headers are searched for the bytes `x-death` before any
+decoding, so a queue of plain messages costs one byte search each.  Its
+age counts from the time of its latest death entry (x-death[0]'s `time`,
+which RabbitMQ keeps from the first death under that queue and reason):
+it travels with the message, so it survives a restart.
+
+The census looks at the ready messages in memory, the head first, at most
+SCAN_LIMIT of them; a queue's paged-out tail (newer messages) is not
+counted.  The result is kept until the queue changes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dlx.deaths import history_from_headers
+
+from ...wire.properties import decode_properties
+from ..message import HEADER_PREFIX
+
+SCAN_LIMIT = 100_000
+_MARK = b"x-death"
+
+
+@dataclass
+class Census:
+    waiting: Counter = field(default_factory=Counter)  # reason -> dead letters
+    oldest_death: int | None = None  # seconds since the epoch
+    complete: bool = True  # every ready message was looked at
+
+
+def history_of(message):
+    """The message's death history if it has one, else None, decoding its
+    headers only when they hold the word."""
+    history = message.history
+    if history is None:
+        header = message.header
+        if header.find(_MARK) < 0:
+            return None
+        try:
+            # Decoded for the history only: the message keeps its encoded
+            # properties (a dead letter queue may hold millions).
+            headers = decode_properties(header[HEADER_PREFIX:]).headers
+            history = message.history = history_from_headers(headers)
+        except (ValueError, IndexError, struct.error):
+            return None
+    return history if history.deaths else None
+
+
+def take_census(entries, limit: int = SCAN_LIMIT) -> Census:
+    census = Census()
+    waiting = census.waiting
+    oldest = None
+    for index, entry in enumerate(entries):
+        if index >= limit:
+            census.complete = False
+            break
+        history = history_of(entry.message)
+        if history is None:
+            continue
+        latest = history.deaths[0]
+        waiting[latest.reason] += 1
+        if oldest is None or latest.time < oldest:
+            oldest = latest.time
+    census.oldest_death = oldest
+    return census

@@ -1,0 +1,119 @@
+"""The dead-letter alerts as the broker evaluates them (dlx/alerts.py), and
+the queue parts its gauges read: arrival marks and the dead-letter census."""
+
+from __future__ import annotations
+
+import struct
+
+from amqp_server.broker.message import Entry, Message
+from amqp_server.broker.queue.arrivals import CAP, Arrivals
+from amqp_server.broker.queue.census import take_census
+from amqp_server.broker.queue.core import Queue
+from amqp_server.wire.properties import Properties, encode_properties
+from amqp_server.wire.table import FieldTable
+from dlx.alerts import GROWING, RATE_SPIKE, STUCK, TOO_OLD, Sample, Thresholds, firing
+
+LOW = Thresholds(growth=10, growth_window=60, max_age=100, rate=1.0, rate_window=60,
+                 held_for=120)
+
+
+def _series(*points, step=30.0):
+    """Samples every `step` seconds from (waiting, age, received, held)."""
+    return [Sample(i * step, *point) for i, point in enumerate(points)]
+
+
+def test_no_samples_fire_nothing():
+    assert firing([], LOW) == ()
+
+
+def test_a_queue_growing_past_the_threshold_within_the_window_fires():
+    assert firing(_series((0, 0, 0, 0), (5, 0, 0, 0), (11, 0, 0, 0)), LOW) == (GROWING,)
+    assert firing(_series((0, 0, 0, 0), (5, 0, 0, 0), (10, 0, 0, 0)), LOW) == ()
+
+
+def test_growth_needs_a_sample_as_old_as_its_window():
+    assert firing(_series((0, 0, 0, 0), (50, 0, 0, 0)), LOW) == ()
+
+
+def test_a_dead_letter_older_than_the_limit_fires_at_once():
+    assert firing(_series((1, 101, 0, 0)), LOW) == (TOO_OLD,)
+    assert firing(_series((1, 100, 0, 0)), LOW) == ()
+
+
+def test_arrivals_faster_than_the_rate_over_the_window_fire():
+    assert RATE_SPIKE in firing(_series((0, 0, 0, 0), (0, 0, 40, 0), (0, 0, 61, 0)), LOW)
+    assert firing(_series((0, 0, 0, 0), (0, 0, 30, 0), (0, 0, 60, 0)), LOW) == ()
+
+
+def test_held_dead_letters_fire_only_when_held_throughout():
+    held = _series(*[(0, 0, 0, 3)] * 5)  # 0..120 s
+    assert firing(held, LOW) == (STUCK,)
+    assert firing(held[:4], LOW) == ()  # watched for 90 s only
+    gap = _series((0, 0, 0, 3), (0, 0, 0, 3), (0, 0, 0, 0), (0, 0, 0, 3), (0, 0, 0, 3))
+    assert firing(gap, LOW) == ()
+
+
+def test_alerts_come_in_a_fixed_order():
+    series = _series((0, 0, 0, 5), (0, 0, 0, 5), (0, 0, 0, 5), (0, 0, 0, 5),
+                     (20, 500, 200, 5))
+    assert firing(series, LOW) == (GROWING, TOO_OLD, RATE_SPIKE, STUCK)
+
+
+# ---- arrival marks ----------------------------------------------------------------
+
+def test_a_message_is_at_least_as_old_as_the_first_mark_after_it():
+    arrivals = Arrivals()
+    arrivals.mark(3, 1000.0)   # 0, 1, 2 by t=1000
+    arrivals.mark(5, 2000.0)   # 3, 4 by t=2000
+    assert arrivals.arrived_by(0) == 1000.0
+    assert arrivals.arrived_by(2) == 1000.0
+    assert arrivals.arrived_by(3) == 2000.0
+    assert arrivals.arrived_by(5) is None  # arrived after the last mark
+
+
+def test_marks_below_the_head_go_and_thinning_never_makes_a_message_older():
+    arrivals = Arrivals()
+    for tick in range(1, CAP * 3):
+        arrivals.mark(tick, tick * 1000.0)
+    assert len(arrivals) <= CAP
+    for seq in (0, 10, 500, CAP * 2):
+        assert arrivals.arrived_by(seq) >= (seq + 1) * 1000.0
+    before = len(arrivals)
+    arrivals.forget_below(CAP * 2)
+    assert len(arrivals) < before
+    assert arrivals.arrived_by(CAP * 2) >= (CAP * 2 + 1) * 1000.0
+
+
+def test_a_queue_reports_the_age_of_its_head_from_the_ticks():
+    queue = Queue("/", "q")
+    queue.enqueue(Message.to("", "q", _header(), b"a"))
+    assert queue.oldest_age(500.0) == 0.0  # no tick since it arrived
+    queue.mark_arrivals(1000.0)
+    queue.enqueue(Message.to("", "q", _header(), b"b"))
+    queue.mark_arrivals(2000.0)
+    assert queue.oldest_age(61_000.0) == 60.0
+    queue.take_one()
+    queue.mark_arrivals(3000.0)
+    assert queue.oldest_age(61_000.0) == 59.0
+
+
+# ---- the census -------------------------------------------------------------------
+
+def _header(headers: FieldTable | None = None) -> bytes:
+    return struct.pack(">HHQ", 60, 0, 1) + encode_properties(Properties(headers=headers))
+
+
+def _dead(reason: str, seconds: int) -> Message:
+    death = FieldTable({"queue": "work", "reason": reason, "count": 1, "time": seconds,
+                        "exchange": "", "routing-keys": ["work"]})
+    return Message.to("dlx", "work", _header(FieldTable({"x-death": [death]})), b"x")
+
+
+def test_the_census_counts_dead_letters_by_their_latest_reason_and_finds_the_oldest():
+    entries = [Entry(0, Message.to("", "q", _header(FieldTable({"trace": "t"})), b"x")),
+               Entry(1, _dead("rejected", 2000)), Entry(2, _dead("expired", 1000)),
+               Entry(3, _dead("rejected", 3000))]
+    census = take_census(entries)
+    assert dict(census.waiting) == {"rejected": 2, "expired": 1}
+    assert census.oldest_death == 1000
+    assert take_census(entries, limit=2).complete is False
