@@ -220,6 +220,23 @@ class Message:
         copy.history = self.history
         return copy
 
+    def with_header(self, name: str, kind: str, value) -> "Message":
+        """A copy routed like this one whose headers hold `name` as `value`
+        of wire type `kind` (a delayed message's negated `x-delay`); the
+        original, which queues may hold too, stays as it was."""
+        props = self.properties
+        headers = FieldTable(props.headers or {})
+        headers.types.update(getattr(props.headers, "types", {}) or {})
+        headers[name] = value
+        headers.types[name] = kind
+        copy = Message(self.exchange, self.routing_key, self.route, self.header, self.body)
+        copy._set_properties(replace(props, headers=headers))
+        copy.routing_keys = self.routing_keys
+        copy.bcc = self.bcc
+        copy.ttl = self.ttl
+        copy.history = self.history
+        return copy
+
     def with_delivery_count(self, count: int) -> "Message":
         """A copy for one quorum-queue delivery, carrying `x-delivery-count`
         (a long, as 3.13 sets it); dead-lettering uses the original."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from ..errors import AMQPError, not_found, precondition_failed, resource_name
 from ..wire.properties import user_id
+from .delayed_exchange import DELAYED_TYPE
 from .direct_reply import asks_for_replies, name_replies
 from .message import (
     CHECK_FLAGS,
@@ -157,6 +158,8 @@ def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bo
     header = message.header
     if header[HEADER_PREFIX] & CHECK_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
         check_content(message, grant, reply_name, layout)
+    if exchange.type_name == DELAYED_TYPE:
+        exchange.check_delay(message)
     outcome = enqueue(route(vhost, exchange, message), message)
     vhost.counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
     return outcome
@@ -187,6 +190,12 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
                 break
         elif header is last_header:  # the same properties: the same findings
             message.found_as(messages[checked - 1])
+        if exchange.type_name == DELAYED_TYPE:
+            try:
+                exchange.check_delay(message)
+            except AMQPError as error:
+                refusal = error
+                break
         last_header = header
         checked += 1
     if checked:
@@ -233,6 +242,8 @@ def check_and_route(vhost, message: Message, grant, reply_name: str | None = Non
     `enqueue_routed` at commit."""
     exchange = exchange_for(vhost, message.exchange, grant)
     check_content(message, grant, reply_name)
+    if exchange.type_name == DELAYED_TYPE:
+        exchange.check_delay(message)
     return Routed(message, tuple(queue.name for queue in route(vhost, exchange, message)))
 
 

@@ -1,0 +1,99 @@
+"""The `x-delayed-message` exchange type, as RabbitMQ's delayed-message
+exchange plugin defines it (rabbit_exchange_type_delayed_message.erl).
+
+It routes like the type its `x-delayed-type` argument names (direct,
+fanout, topic or headers: this exchange keeps one of those for its
+bindings), except that a message whose `x-delay` header delays it
+(dlx/delays.py) routes to nothing now and is handed to the virtual host's
+delayed messages (delayed_messages.py), which route it through this
+exchange again when it is due, its `x-delay` negated.  Routing to nothing
+is what the plugin does, with the consequences it has there: a mandatory
+publish gets basic.return 312 NO_ROUTE at once (and its message is still
+delivered later), and an alternate exchange gets the message at once too.
+"""
+
+from __future__ import annotations
+
+from dlx.delays import read_delay, read_delay_leniently
+
+from ..errors import AMQPError, INTERNAL_ERROR, precondition_failed
+from ..wire.table import FieldTable, typed_value
+from .exchange import EXCHANGE_TYPES, Binding, Exchange
+
+DELAYED_TYPE = "x-delayed-message"
+ROUTING_TYPE_ARGUMENT = "x-delayed-type"
+
+
+def routing_type_of(arguments: FieldTable | None) -> str:
+    """The type `x-delayed-type` names, or the plugin's 406 (validate/1)."""
+    typed = typed_value(arguments, ROUTING_TYPE_ARGUMENT) if arguments else None
+    if typed is None or typed[0] not in ("longstr", "binary"):
+        raise precondition_failed(
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+    name = typed[1]
+    if isinstance(name, (bytes, bytearray)):
+        name = bytes(name).decode("utf-8", "surrogateescape")
+    if name == DELAYED_TYPE:
+        raise precondition_failed(
+            "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'")
+    if name not in EXCHANGE_TYPES:
+        # rabbit_exchange:check_type/1, as exchange.declare says it (3.13).
+        raise precondition_failed(f"unknown exchange type '{name}'")
+    return name
+
+
+class DelayedExchange(Exchange):
+    type_name = DELAYED_TYPE
+
+    def __init__(self, vhost: str, name: str, durable: bool = False,
+                 auto_delete: bool = False, internal: bool = False,
+                 arguments: FieldTable | None = None) -> None:
+        routing_type = routing_type_of(arguments)
+        super().__init__(vhost, name, durable, auto_delete, internal, arguments)
+        # The bindings are routed by an exchange of the named type, kept
+        # in step with this one's.
+        self.routing = EXCHANGE_TYPES[routing_type](vhost, name, durable, auto_delete,
+                                                    internal, arguments)
+        # Where delayed messages wait: the virtual host's, set when declared.
+        self.held = None
+
+    @property
+    def routes_by_content(self) -> bool:
+        return True  # the x-delay header decides whether it routes now
+
+    def validate_binding(self, arguments: FieldTable | None) -> None:
+        self.routing.validate_binding(arguments)
+
+    def add_binding(self, binding: Binding) -> bool:
+        if not super().add_binding(binding):
+            return False
+        self.routing.add_binding(binding)
+        return True
+
+    def remove_binding(self, key: tuple) -> Binding | None:
+        binding = super().remove_binding(key)
+        if binding is not None:
+            self.routing.remove_binding(key)
+        return binding
+
+    def check_delay(self, message) -> None:
+        """A client's publish: an `x-delay` string that is not an integer
+        fails it as the plugin's channel crash does (541, the connection
+        closes); anywhere else such a message routes at once."""
+        headers = message.properties.headers
+        try:
+            read_delay(headers, getattr(headers, "types", None))
+        except ValueError as exc:
+            raise AMQPError(INTERNAL_ERROR, str(exc)) from None
+
+    def match(self, routing_keys, message):
+        headers = message.properties.headers
+        delay = read_delay_leniently(headers, getattr(headers, "types", None))
+        if delay.delays and self.held is not None:
+            self.held.hold(self, message, delay)
+            return ()
+        return self.routing.match(routing_keys, message)
+
+
+# Every type a client may declare: the built-in ones and this one.
+DECLARABLE_TYPES: dict[str, type[Exchange]] = {**EXCHANGE_TYPES, DELAYED_TYPE: DelayedExchange}
