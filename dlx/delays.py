@@ -122,19 +122,25 @@ def delivered_delay(delay: Delay) -> int:
     return -(delay.ms or 0)
 
 
-def scheduled_for(headers: Mapping[str, object] | None, now_ms: float) -> float | None:
-    """Artemis's `_AMQ_SCHED_DELIVERY` (absolute ms since the epoch), when
-    it lies in the future; None otherwise (no header, not an integer, or a
-    time already past: Artemis delivers those at once)."""
+def scheduled_time(headers: Mapping[str, object] | None) -> int | None:
+    """Artemis's `_AMQ_SCHED_DELIVERY`: an absolute time in ms since the
+    epoch (an integer, or a string of one, as Artemis's typed properties
+    convert it); None when there is none or it is not an integer."""
     if not headers or SCHEDULED_HEADER not in headers:
         return None
     value = headers[SCHEDULED_HEADER]
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, (str, bytes)):
-            text = value.decode("latin-1") if isinstance(value, bytes) else value
-            if not _ERLANG_INTEGER.fullmatch(text):
-                return None
-            value = int(text)
-        else:
-            return None
-    return float(value) if value > now_ms else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (str, bytes)):
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        return int(text) if _ERLANG_INTEGER.fullmatch(text) else None
+    return None
+
+
+def scheduled_for(headers: Mapping[str, object] | None, now_ms: float) -> float | None:
+    """When a message is scheduled for, if that lies after `now_ms`; None
+    otherwise (Artemis delivers a time already past at once)."""
+    at = scheduled_time(headers)
+    return float(at) if at is not None and at > now_ms else None

@@ -25,6 +25,7 @@ import logging
 from collections import Counter
 
 from dlx.delays import DELAY_HEADER, Delay, delivered_delay, due_at, read_delay_leniently
+from dlx.delays import scheduled_time
 from dlx.expiry import parse_expiration
 
 from ..wire.frames import shortstr
@@ -151,6 +152,7 @@ class DelayedMessages:
                               header, body, tuple(keys) if keys else None)
             if bcc:
                 message.bcc = tuple(bcc)
+            message.scheduled = scheduled_time(message.properties.headers)
             expiration = message.properties.expiration
             if expiration is not None:
                 try:

@@ -15,6 +15,7 @@ import struct
 from dataclasses import replace
 
 from dlx.dead_letter import Letter, Republish
+from dlx.delays import scheduled_time
 from dlx.deaths import DeathHistory, death_headers, history_from_headers
 from dlx.expiry import parse_expiration
 
@@ -41,6 +42,8 @@ CHECK_FLAGS = INSPECT_FLAGS | REPLY_TO_FLAG
 # header[HEADER_PREFIX + 1] & USER_ID_FLAG: the publish claims a user.
 USER_ID_FLAG = 0x10       # low byte of the flags: bit 4
 ROUTING_HEADERS = ("CC", "BCC")
+# The scheduled-delivery header's name as a field-table key (shortstr).
+_SCHEDULED_KEY = b"\x13_AMQ_SCHED_DELIVERY"
 _U32 = struct.Struct(">I")
 
 
@@ -50,7 +53,8 @@ class InvalidMessage(ValueError):
 
 class Message:
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_properties",
-                 "routing_keys", "bcc", "ttl", "history", "origin", "stored_gen")
+                 "routing_keys", "bcc", "ttl", "history", "origin", "stored_gen",
+                 "scheduled")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes,
                  header: bytes, body: bytes, routing_keys: tuple[str, ...] | None = None) -> None:
@@ -67,6 +71,9 @@ class Message:
         self.origin: Message | None = None  # set on a per-delivery copy
         # The store flush that makes this message durable (None: not stored).
         self.stored_gen: int | None = None
+        # Artemis's _AMQ_SCHED_DELIVERY (ms since the epoch): each queue
+        # holds it from consumers until then.
+        self.scheduled: int | None = None
 
     @classmethod
     def to(cls, exchange: str, routing_key: str, header: bytes, body: bytes) -> "Message":
@@ -106,9 +113,10 @@ class Message:
                 raise InvalidMessage(f"invalid expiration '{expiration}': {exc}") from exc
         # One search for both names ("BCC" holds "CC"), the exact ones only
         # where it finds something.
-        if h_end > h_start and header.find(b"CC", h_start, h_end) >= 0 and (
+        if h_end > h_start and (header.find(b"CC", h_start, h_end) >= 0 and (
                 header.find(b"\x02CC", h_start, h_end) >= 0
-                or header.find(b"\x03BCC", h_start, h_end) >= 0):
+                or header.find(b"\x03BCC", h_start, h_end) >= 0)
+                or header.find(_SCHEDULED_KEY, h_start, h_end) >= 0):
             self._inspect_decoded()
 
     def _inspect_decoded(self) -> None:
@@ -123,6 +131,8 @@ class Message:
                 raise InvalidMessage(
                     f"invalid expiration '{props.expiration}': {exc}") from exc
         headers = props.headers
+        if headers:
+            self.scheduled = scheduled_time(headers)
         if headers and ("CC" in headers or "BCC" in headers):
             extra = {}
             for name in ROUTING_HEADERS:
@@ -184,6 +194,7 @@ class Message:
         and changed (TTL, CC/BCC, a header without BCC or with a reply name)."""
         self.ttl, self.routing_keys, self.bcc = previous.ttl, previous.routing_keys, previous.bcc
         self.header, self._properties = previous.header, previous._properties
+        self.scheduled = previous.scheduled
 
     def set_header(self, header: bytes) -> None:
         """Another content header (its properties decoded again on use)."""
@@ -234,6 +245,7 @@ class Message:
         copy.routing_keys = self.routing_keys
         copy.bcc = self.bcc
         copy.ttl = self.ttl
+        copy.scheduled = self.scheduled
         copy.history = self.history
         return copy
 

@@ -211,7 +211,8 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
     first = messages[0]
     keys = first.routing_keys
     if exchange.routes_by_content or any(
-            m.routing_keys != keys or m.ttl is not None for m in messages):
+            m.routing_keys != keys or m.ttl is not None or m.scheduled is not None
+            for m in messages):
         queues = None  # each routed on its own
     else:
         queues = vhost.route(exchange, keys, first)
