@@ -14,7 +14,7 @@ delivered later), and an alternate exchange gets the message at once too.
 
 from __future__ import annotations
 
-from dlx.delays import read_delay, read_delay_leniently
+from dlx.delays import DELAY_HEADER, NO_DELAY, Delay, read_delay, read_delay_leniently
 
 from ..errors import AMQPError, INTERNAL_ERROR, precondition_failed
 from ..wire.table import FieldTable, typed_value
@@ -56,6 +56,9 @@ class DelayedExchange(Exchange):
                                                     internal, arguments)
         # Where delayed messages wait: the virtual host's, set when declared.
         self.held = None
+        # The last message whose delay was read and what it was: the
+        # publish path reads it to check it, then routing reads it again.
+        self._last: tuple = (None, NO_DELAY)
 
     @property
     def routes_by_content(self) -> bool:
@@ -80,19 +83,43 @@ class DelayedExchange(Exchange):
         """A client's publish: an `x-delay` string that is not an integer
         fails it as the plugin's channel crash does (541, the connection
         closes); anywhere else such a message routes at once."""
-        headers = message.properties.headers
         try:
-            read_delay(headers, getattr(headers, "types", None))
+            self.remember(message, read_delay(*_delay_entry(message)))
         except ValueError as exc:
             raise AMQPError(INTERNAL_ERROR, str(exc)) from None
 
+    def remember(self, message, delay: Delay) -> None:
+        """`message`'s delay is `delay`: the next match of it need not read it."""
+        self._last = (message, delay)
+
     def match(self, routing_keys, message):
-        headers = message.properties.headers
-        delay = read_delay_leniently(headers, getattr(headers, "types", None))
+        last, delay = self._last
+        if last is not message:
+            delay = message_delay(message)
+        self._last = (None, NO_DELAY)  # no message object outlives its publish here
         if delay.delays and self.held is not None:
             self.held.hold(self, message, delay)
             return ()
         return self.routing.match(routing_keys, message)
+
+
+_DELAY_KEY = frozenset((DELAY_HEADER.encode(),))
+
+
+def _delay_entry(message) -> tuple[FieldTable, dict]:
+    """The message's x-delay entry alone (the rest of its headers not
+    decoded: this runs for every message the exchange routes)."""
+    entry = message.header_entries(_DELAY_KEY)
+    return entry, entry.types
+
+
+def message_delay(message) -> Delay:
+    """`x-delay` as the plugin reads it; a malformed or non-integer value
+    does not delay (the publish path refused a client's already)."""
+    try:
+        return read_delay_leniently(*_delay_entry(message))
+    except ValueError:
+        return NO_DELAY
 
 
 # Every type a client may declare: the built-in ones and this one.

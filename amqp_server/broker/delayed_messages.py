@@ -24,12 +24,13 @@ import heapq
 import logging
 from collections import Counter
 
-from dlx.delays import DELAY_HEADER, Delay, delivered_delay, due_at, read_delay_leniently
+from dlx.delays import DELAY_HEADER, NO_DELAY, Delay, delivered_delay, due_at
 from dlx.delays import scheduled_time
 from dlx.expiry import parse_expiration
 
 from ..wire.frames import shortstr
 from . import publishing
+from .delayed_exchange import DELAYED_TYPE, message_delay
 from .message import Entry, Message
 from .timers import Alarm
 
@@ -116,12 +117,13 @@ class DelayedMessages:
         if not self.counts[exchange_name]:
             del self.counts[exchange_name]
         message = entry.message
-        headers = message.properties.headers
-        delay = read_delay_leniently(headers, getattr(headers, "types", None))
-        message = message.with_header(DELAY_HEADER, "long", delivered_delay(delay))
+        message = message.with_header(DELAY_HEADER, "long",
+                                      delivered_delay(message_delay(message)))
         exchange = vhost.exchanges.get(exchange_name)
         outcome = publishing.UNROUTED
         if exchange is not None:
+            if exchange.type_name == DELAYED_TYPE:
+                exchange.remember(message, NO_DELAY)  # x-delay is negative now
             outcome = publishing.enqueue(publishing.route(vhost, exchange, message), message)
         self.routed += 1
         vhost.counters.routed_later(outcome.routed)

@@ -27,8 +27,9 @@ from ..wire.properties import (
     encode_properties,
     locate,
     splice_dead_letter,
+    splice_headers,
 )
-from ..wire.table import FieldTable, encode_table_pairs
+from ..wire.table import FieldTable, decode_table_body, encode_table_pairs, split_table
 
 HEADER_PREFIX = CONTENT_HEADER_PREFIX
 _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
@@ -231,17 +232,48 @@ class Message:
         copy.history = self.history
         return copy
 
+    def header_entries(self, names: frozenset[bytes]) -> FieldTable:
+        """The entries of the headers table named in `names` (encoded key
+        names), decoded alone: the rest of the table is skipped, not
+        decoded.  Raises ValueError for a malformed header."""
+        header = self.header
+        if not header[HEADER_PREFIX] & _FLAG_HEADERS:
+            return FieldTable()
+        layout = locate(header, HEADER_PREFIX)
+        if layout is None:  # continuation flags: decode it all
+            headers = self.properties.headers or FieldTable()
+            picked = FieldTable({k: v for k, v in headers.items() if k.encode() in names})
+            picked.types.update({k: headers.type_of(k) for k in picked})
+            return picked
+        _, picked = split_table(header, layout[1] + 4, layout[2], names)
+        return decode_table_body(picked) if picked else FieldTable()
+
     def with_header(self, name: str, kind: str, value) -> "Message":
         """A copy routed like this one whose headers hold `name` as `value`
         of wire type `kind` (a delayed message's negated `x-delay`); the
-        original, which queues may hold too, stays as it was."""
-        props = self.properties
-        headers = FieldTable(props.headers or {})
-        headers.types.update(getattr(props.headers, "types", {}) or {})
-        headers[name] = value
-        headers.types[name] = kind
-        copy = Message(self.exchange, self.routing_key, self.route, self.header, self.body)
-        copy._set_properties(replace(props, headers=headers))
+        original, which queues may hold too, stays as it was.  The other
+        headers and properties are kept byte for byte."""
+        header = self.header
+        entry = FieldTable({name: value})
+        entry.types[name] = kind
+        layout = locate(header, HEADER_PREFIX)
+        if layout is None:
+            props = self.properties
+            headers = FieldTable(props.headers or {})
+            headers.types.update(getattr(props.headers, "types", {}) or {})
+            headers[name] = value
+            headers.types[name] = kind
+            new_header = header[:HEADER_PREFIX] + encode_properties(replace(props,
+                                                                            headers=headers))
+        else:
+            own = b""
+            if header[HEADER_PREFIX] & _FLAG_HEADERS:
+                own, _ = split_table(header, layout[1] + 4, layout[2],
+                                     frozenset((name.encode(),)))
+            table = own + encode_table_pairs(entry)
+            new_header = splice_headers(header, HEADER_PREFIX, layout,
+                                        _U32.pack(len(table)) + table)
+        copy = Message(self.exchange, self.routing_key, self.route, new_header, self.body)
         copy.routing_keys = self.routing_keys
         copy.bcc = self.bcc
         copy.ttl = self.ttl
