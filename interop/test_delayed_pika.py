@@ -282,3 +282,16 @@ def _get_unacked(channel, queue, seconds=5.0):
             return method, props, body
         time.sleep(0.02)
     raise AssertionError(f"nothing arrived in {queue}")
+
+
+def test_cc_and_bcc_route_a_delayed_message_too(channel):
+    # CC/BCC are read at publish (BCC is removed then); the delayed copy
+    # routes by all the keys when due.
+    delayed(channel)
+    for name in ("main", "copied", "blind"):
+        channel.queue_declare(name)
+        channel.queue_bind(name, "dx", name)
+    publish(channel, "dx", "main", b"m", 150, headers={"CC": ["copied"], "BCC": ["blind"]})
+    for name in ("main", "copied", "blind"):
+        [(body, props)] = collect(channel, name, 1)
+        assert props.headers == {"CC": ["copied"], "x-delay": -150}

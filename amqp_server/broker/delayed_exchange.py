@@ -79,12 +79,12 @@ class DelayedExchange(Exchange):
             self.routing.remove_binding(key)
         return binding
 
-    def check_delay(self, message) -> None:
+    def check_delay(self, message, layout=None) -> None:
         """A client's publish: an `x-delay` string that is not an integer
         fails it as the plugin's channel crash does (541, the connection
         closes); anywhere else such a message routes at once."""
         try:
-            self.remember(message, read_delay(*_delay_entry(message)))
+            self.remember(message, read_delay(*_delay_entry(message, layout)))
         except ValueError as exc:
             raise AMQPError(INTERNAL_ERROR, str(exc)) from None
 
@@ -106,10 +106,11 @@ class DelayedExchange(Exchange):
 _DELAY_KEY = frozenset((DELAY_HEADER.encode(),))
 
 
-def _delay_entry(message) -> tuple[FieldTable, dict]:
+def _delay_entry(message, layout=None) -> tuple[FieldTable, dict]:
     """The message's x-delay entry alone (the rest of its headers not
-    decoded: this runs for every message the exchange routes)."""
-    entry = message.header_entries(_DELAY_KEY)
+    decoded: this runs for every message the exchange routes); `layout`:
+    where the publish path found the headers, if it looked."""
+    entry = message.header_entries(_DELAY_KEY, layout)
     return entry, entry.types
 
 

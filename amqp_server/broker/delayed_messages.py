@@ -41,6 +41,7 @@ log = logging.getLogger("amqp_server")
 STORED_PREFIX = "amq.delayed\x00"
 # Due messages routed per timer callback, so a burst yields to clients.
 ROUTE_BATCH = 2000
+TICK_MS = 1.0
 
 
 def stored_name(exchange: str) -> str:
@@ -55,9 +56,10 @@ def exchange_of_stored(name: str) -> str | None:
 class DelayedMessages:
     def __init__(self, vhost) -> None:
         self.vhost = vhost
-        # (due ms, seq, exchange name, entry): seq keeps publish order among
-        # messages due at the same millisecond.
-        self._heap: list[tuple[float, int, str, Entry]] = []
+        # (due ms, seq, exchange name, entry, delay ms): seq keeps publish
+        # order among messages due at the same millisecond; the delay is
+        # what the routed copy carries negated.
+        self._heap: list[tuple[float, int, str, Entry, int]] = []
         self._seq = 0
         self.counts: Counter = Counter()  # exchange name -> messages held
         self.accepted = 0  # messages ever held (a dead letterer reads whether it moved)
@@ -83,10 +85,10 @@ class DelayedMessages:
             generation = store.enqueue(self.vhost.name, stored_name(exchange.name), entry,
                                        message)
             message.stored_gen = max(message.stored_gen or 0, generation)
-        self._push(entry, exchange.name)
+        self._push(entry, exchange.name, delay.ms or 0)
 
-    def _push(self, entry: Entry, exchange: str) -> None:
-        heapq.heappush(self._heap, (entry.deadline, entry.seq, exchange, entry))
+    def _push(self, entry: Entry, exchange: str, delay_ms: int) -> None:
+        heapq.heappush(self._heap, (entry.deadline, entry.seq, exchange, entry, delay_ms))
         self.counts[exchange] += 1
         self._alarm.arm(self._heap[0][0])
 
@@ -102,23 +104,23 @@ class DelayedMessages:
         heap = self._heap
         count = 0
         while heap and heap[0][0] <= now and count < limit:
-            _, _, exchange_name, entry = heapq.heappop(heap)
-            self._route(exchange_name, entry)
+            _, _, exchange_name, entry, delay_ms = heapq.heappop(heap)
+            self._route(exchange_name, entry, delay_ms)
             count += 1
         if heap:
-            # Past due (a batch cut short) arms for now: the loop runs
-            # other callbacks first.
-            self._alarm.arm(heap[0][0])
+            # At most one wake-up a millisecond (the plugin's timers count
+            # whole milliseconds too): messages due close together go out
+            # together, and a batch cut short lets the loop serve clients.
+            self._alarm.arm(max(heap[0][0], now + TICK_MS))
         return count
 
-    def _route(self, exchange_name: str, entry: Entry) -> None:
+    def _route(self, exchange_name: str, entry: Entry, delay_ms: int) -> None:
         vhost = self.vhost
         self.counts[exchange_name] -= 1
         if not self.counts[exchange_name]:
             del self.counts[exchange_name]
-        message = entry.message
-        message = message.with_header(DELAY_HEADER, "long",
-                                      delivered_delay(message_delay(message)))
+        message = entry.message.with_header(DELAY_HEADER, "long",
+                                            delivered_delay(Delay(delay_ms)))
         exchange = vhost.exchanges.get(exchange_name)
         outcome = publishing.UNROUTED
         if exchange is not None:
@@ -135,7 +137,7 @@ class DelayedMessages:
         """The virtual host is deleted: nothing it held is routed, nor kept."""
         self._alarm.cancel()
         store = self.vhost.store
-        for _, _, exchange_name, entry in self._heap:
+        for _, _, exchange_name, entry, _ in self._heap:
             if entry.segment is not None and store is not None:
                 store.remove(self.vhost.name, stored_name(exchange_name), [entry])
         self._heap.clear()
@@ -164,5 +166,5 @@ class DelayedMessages:
             entry = Entry(seq, message)  # its stored seq: a removal names it
             entry.deadline = due if due is not None else 0.0
             entry.segment = item.segment
-            self._push(entry, exchange_name)
+            self._push(entry, exchange_name, message_delay(message).ms or 0)
         self._seq = max(self._seq, max((item.seq for item in stored), default=-1) + 1)

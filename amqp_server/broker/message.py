@@ -232,14 +232,16 @@ class Message:
         copy.history = self.history
         return copy
 
-    def header_entries(self, names: frozenset[bytes]) -> FieldTable:
+    def header_entries(self, names: frozenset[bytes], layout=None) -> FieldTable:
         """The entries of the headers table named in `names` (encoded key
         names), decoded alone: the rest of the table is skipped, not
-        decoded.  Raises ValueError for a malformed header."""
+        decoded.  `layout`: `locate`'s, if the caller has it.  Raises
+        ValueError for a malformed header."""
         header = self.header
         if not header[HEADER_PREFIX] & _FLAG_HEADERS:
             return FieldTable()
-        layout = locate(header, HEADER_PREFIX)
+        if layout is None:
+            layout = locate(header, HEADER_PREFIX)
         if layout is None:  # continuation flags: decode it all
             headers = self.properties.headers or FieldTable()
             picked = FieldTable({k: v for k, v in headers.items() if k.encode() in names})

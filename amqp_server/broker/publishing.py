@@ -159,7 +159,9 @@ def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bo
     if header[HEADER_PREFIX] & CHECK_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
         check_content(message, grant, reply_name, layout)
     if exchange.type_name == DELAYED_TYPE:
-        exchange.check_delay(message)
+        # The layout found on arrival holds while the header is the one
+        # that arrived (a BCC or reply-to check may have replaced it).
+        exchange.check_delay(message, layout if message.header is header else None)
     outcome = enqueue(route(vhost, exchange, message), message)
     vhost.counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
     return outcome
@@ -192,7 +194,8 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
             message.found_as(messages[checked - 1])
         if exchange.type_name == DELAYED_TYPE:
             try:
-                exchange.check_delay(message)
+                exchange.check_delay(message, layouts[checked]
+                                     if layouts and message.header is header else None)
             except AMQPError as error:
                 refusal = error
                 break
