@@ -15,14 +15,20 @@ Each runs against this broker (a subprocess on a fresh data directory) and,
 where RabbitMQ has it (Debian's has no plugin, so only `ttl-dlx`), against
 RabbitMQ at `--rabbitmq`, in two shapes:
 
-- accuracy: `--count` messages published back to back, each due
-  `--delay-ms` after its publish, so all of them are in flight together;
+- accuracy: `--count` messages published at `--rate` a second (paced: a
+  backlog in the socket buffers would count as lateness of every relative
+  delay), each due `--delay-ms` after its publish, so all of them are in
+  flight together when the last is published;
   lateness is arrival minus due time (wall clock, one machine), reported at
   p50/p99/max, with the broker's resident memory per delayed message
   (growth from before the publishes to when all are held);
 - burst: `--count` messages all due at one instant (x-delay or expiration
   computed per message, the scheduled time the same for all); throughput
   is the count over the time from that instant to the last arrival.
+
+With `--memory N`, instead: N messages held for ten minutes through each
+way (this broker restarted fresh for each), the broker's resident memory
+growth over N.
 
 Run: `python -m bench.delayed [--count 10000] [--rabbitmq URL]`; prints one
 JSON object per (broker, method, shape) and a Markdown table.
@@ -56,7 +62,7 @@ RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 METHODS = ("x-delay", "ttl-dlx", "artemis-redelivery", "scheduled")
 # What a broker without this project's extensions can run.
 RABBITMQ_METHODS = ("ttl-dlx",)
-BATCH = 500
+BATCH = 100
 _HEADER = struct.Struct(">BHI")
 _TAG = struct.Struct(">Q")
 
@@ -140,7 +146,7 @@ def _properties(headers: dict | None, expiration_ms: int | None = None) -> bytes
 
 
 async def measure(url: str, method: str, count: int, delay_ms: int, burst: bool,
-                  timeout: float) -> dict:
+                  timeout: float, rate: int) -> dict:
     tag = uuid.uuid4().hex[:8]
     work, retry, exchange = f"bench-{tag}-work", f"bench-{tag}-retry", f"bench-{tag}-dx"
     setup = await connect(url)
@@ -178,8 +184,13 @@ async def measure(url: str, method: str, count: int, delay_ms: int, burst: bool,
     due: dict[int, float] = {}
     first_sent = now_ms()
     # Burst: one instant for all, far enough ahead for every publish.
-    instant = first_sent + delay_ms + count * 0.3
+    instant = first_sent + delay_ms + count * 1000.0 / rate
     for first in range(0, count, BATCH):
+        # Paced: a publish backlog in the socket buffers would count as
+        # lateness of delays that start when the broker reads them.
+        pause = (first_sent + first * 1000.0 / rate - now_ms()) / 1000.0
+        if pause > 0:
+            await asyncio.sleep(pause)
         sent = now_ms()
         chunk = []
         for n in range(first, min(first + BATCH, count)):
@@ -238,6 +249,52 @@ async def measure(url: str, method: str, count: int, delay_ms: int, burst: bool,
     return result
 
 
+async def memory(url: str, method: str, count: int) -> dict:
+    """Resident memory per held message: `count` messages held for ten
+    minutes (never delivered during the run), the broker's RSS growth from
+    before the publishes to when it has taken the last, over `count`."""
+    tag = uuid.uuid4().hex[:8]
+    queue, exchange = f"bench-{tag}-held", f"bench-{tag}-dx"
+    hold_ms = 600_000
+    conn = await connect(url)
+    await conn.open_channel(1)
+    args = FieldTable({"x-message-ttl": hold_ms, "x-dead-letter-exchange": "",
+                       "x-dead-letter-routing-key": f"bench-{tag}-nowhere"}
+                      if method == "ttl-dlx" else {})
+    await conn.call(1, make(spec.Queue.Declare, queue=queue, arguments=args),
+                    spec.Queue.DeclareOk)
+    target = ""
+    props = b"\x00\x00"
+    if method == "x-delay":
+        await conn.call(1, make(spec.Exchange.Declare, exchange=exchange,
+                                exchange_type="x-delayed-message",
+                                arguments=FieldTable({"x-delayed-type": "direct"})),
+                        spec.Exchange.DeclareOk)
+        await conn.call(1, make(spec.Queue.Bind, queue=queue, exchange=exchange,
+                                routing_key=queue), spec.Queue.BindOk)
+        target = exchange
+        props = _properties({"x-delay": hold_ms})
+    elif method == "scheduled":
+        props = _properties({"_AMQ_SCHED_DELIVERY": int(now_ms() + hold_ms)})
+    await asyncio.sleep(0.5)
+    sampler = RssSampler.for_url(url)
+    batch = encoded_publish(1, target, queue, b"x" * 100, 1000, props)
+    for _ in range(count // 1000):
+        conn.transport.write(batch)
+        await conn.drain()
+    await conn.call(1, make(spec.Basic.Qos, prefetch_count=0), spec.Basic.QosOk)  # all taken
+    sampler.sample()
+    result = {"method": method, "shape": "memory", "count": count // 1000 * 1000,
+              "rss_bytes_per_held": round((sampler.peak - sampler.baseline) / count)
+              if sampler.baseline else None}
+    await conn.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)
+    if method == "x-delay":
+        await conn.call(1, make(spec.Exchange.Delete, exchange=exchange),
+                        spec.Exchange.DeleteOk)
+    await conn.close()
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=10_000)
@@ -245,7 +302,12 @@ def main() -> int:
     parser.add_argument("--rabbitmq", default=RABBITMQ_URL)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--rate", type=int, default=2000, help="publishes per second")
+    parser.add_argument("--memory", type=int, default=0, metavar="N",
+                        help="instead: RSS per held message, N messages, a fresh broker each")
     args = parser.parse_args()
+    if args.memory:
+        return memory_main(args)
     data_dir = tempfile.mkdtemp(prefix="bench-delayed-")
     proc, ours = start_our_broker(data_dir)
     urls = {"ours": ours}
@@ -261,7 +323,7 @@ def main() -> int:
                     if who == "rabbitmq" and method not in RABBITMQ_METHODS:
                         continue
                     outcome = asyncio.run(measure(url, method, args.count, args.delay_ms,
-                                                  burst, args.timeout))
+                                                  burst, args.timeout, args.rate))
                     outcome["broker"] = who
                     print(json.dumps(outcome), flush=True)
                     results.append(outcome)
@@ -277,6 +339,24 @@ def main() -> int:
               f"{r.get('p99_late_ms', '')} | {r.get('max_late_ms', '')} | "
               f"{r.get('deliveries_per_s', '')} | {r.get('rss_bytes_per_delayed', '')} |"
               + (f" FAILED: {r['failed']}" if "failed" in r else ""))
+    return 0
+
+
+def memory_main(args) -> int:
+    rabbitmq = product(args.rabbitmq) == "RabbitMQ"
+    for method in args.methods.split(","):
+        data_dir = tempfile.mkdtemp(prefix="bench-delayed-")
+        proc, ours = start_our_broker(data_dir)
+        try:
+            outcome = asyncio.run(memory(ours, method, args.memory))
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        print(json.dumps({**outcome, "broker": "ours"}), flush=True)
+        if rabbitmq and method in RABBITMQ_METHODS:
+            outcome = asyncio.run(memory(args.rabbitmq, method, args.memory))
+            print(json.dumps({**outcome, "broker": "rabbitmq"}), flush=True)
     return 0
 
 
