@@ -295,3 +295,17 @@ def test_cc_and_bcc_route_a_delayed_message_too(channel):
     for name in ("main", "copied", "blind"):
         [(body, props)] = collect(channel, name, 1)
         assert props.headers == {"CC": ["copied"], "x-delay": -150}
+
+
+def test_in_a_transaction_a_delayed_message_is_held_when_published(channel):
+    # The plugin stores the message when the exchange routes it, which is
+    # at publish: a rollback does not take it back.
+    delayed(channel)
+    channel.queue_declare("dq")
+    channel.queue_bind("dq", "dx", "k")
+    channel.tx_select()
+    publish(channel, "dx", "k", b"rolled back", 150)
+    channel.tx_rollback()
+    publish(channel, "dx", "k", b"committed", 200)
+    channel.tx_commit()
+    assert [body for body, _ in collect(channel, "dq", 2)] == [b"rolled back", b"committed"]
