@@ -7,6 +7,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqp_server.broker.message import Message
 from amqp_server.broker.vhost import VirtualHost
@@ -133,3 +135,29 @@ def test_scheduled_delivery_is_held_by_the_queue(vhost):
     queue.redeliver_due(vhost.clock() + 400)
     assert queue.message_count == 1
     assert not queue.ready[0].redelivered
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=40),
+       st.lists(st.integers(min_value=0, max_value=6000), min_size=1, max_size=10))
+def test_every_message_is_routed_once_in_due_then_publish_order(delays, ticks):
+    """Whatever the delays and however the clock advances, each message is
+    routed once, none before its time, in (due, publish) order."""
+    clock = Clock()
+    host = VirtualHost("/", clock=clock)
+    host.declare_exchange("dx", "x-delayed-message",
+                          arguments=FieldTable({"x-delayed-type": "fanout"}))
+    queue = host.declare_queue("q", None)
+    host.bind("dx", queue, "", None)
+    start = clock.now
+    for n, ms in enumerate(delays):
+        host.publish(message("", {"x-delay": ms, "n": n}), Grant())
+    for tick in sorted(ticks) + [6000]:
+        clock.now = start + tick
+        host.delayed.release(clock.now, limit=len(delays))
+        for entry in queue.ready:
+            n = decode_properties(entry.message.header[12:]).headers["n"]
+            assert delays[n] <= tick
+    routed = [decode_properties(e.message.header[12:]).headers["n"] for e in queue.ready]
+    assert routed == sorted(range(len(delays)), key=lambda n: (delays[n], n))
+    assert len(host.delayed) == 0 and host.delayed.held_by("dx") == 0

@@ -178,6 +178,7 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
     in order, as soon as it is known.  Should a message fail its checks,
     those before it are published first, then its error is raised."""
     exchange = exchange_for(vhost, messages[0].exchange, grant)
+    delays = exchange.type_name == DELAYED_TYPE
     refusal = None
     checked = 0
     last_header = None
@@ -192,7 +193,7 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
                 break
         elif header is last_header:  # the same properties: the same findings
             message.found_as(messages[checked - 1])
-        if exchange.type_name == DELAYED_TYPE:
+        if delays:
             try:
                 exchange.check_delay(message, layouts[checked]
                                      if layouts and message.header is header else None)
