@@ -29,7 +29,13 @@ from ..wire.properties import (
     splice_dead_letter,
     splice_headers,
 )
-from ..wire.table import FieldTable, decode_table_body, encode_table_pairs, split_table
+from ..wire.table import (
+    FieldTable,
+    decode_table_body,
+    encode_entry,
+    encode_table_pairs,
+    split_table,
+)
 
 HEADER_PREFIX = CONTENT_HEADER_PREFIX
 _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
@@ -256,8 +262,6 @@ class Message:
         original, which queues may hold too, stays as it was.  The other
         headers and properties are kept byte for byte."""
         header = self.header
-        entry = FieldTable({name: value})
-        entry.types[name] = kind
         layout = locate(header, HEADER_PREFIX)
         if layout is None:
             props = self.properties
@@ -272,7 +276,7 @@ class Message:
             if header[HEADER_PREFIX] & _FLAG_HEADERS:
                 own, _ = split_table(header, layout[1] + 4, layout[2],
                                      frozenset((name.encode(),)))
-            table = own + encode_table_pairs(entry)
+            table = own + encode_entry(name, kind, value)
             new_header = splice_headers(header, HEADER_PREFIX, layout,
                                         _U32.pack(len(table)) + table)
         copy = Message(self.exchange, self.routing_key, self.route, new_header, self.body)
