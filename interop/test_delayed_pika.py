@@ -309,3 +309,22 @@ def test_in_a_transaction_a_delayed_message_is_held_when_published(channel):
     publish(channel, "dx", "k", b"committed", 200)
     channel.tx_commit()
     assert [body for body, _ in collect(channel, "dq", 2)] == [b"rolled back", b"committed"]
+
+
+def test_at_least_once_dead_letters_into_a_delayed_exchange_arrive_once(channel):
+    # The delayed exchange holds the dead letter: taken, so the quorum
+    # queue does not keep it to retry (which would deliver it again and
+    # again once the reaper ran).
+    delayed(channel, "retry")
+    channel.queue_declare("parked")
+    channel.queue_bind("parked", "retry", "work")
+    channel.queue_declare("work", durable=True, arguments={
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "retry",
+        "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+    publish(channel, "", "work", b"job", None, headers={"x-delay": 200})
+    method, _, _ = _get_unacked(channel, "work")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert [body for body, _ in collect(channel, "parked", 1)] == [b"job"]
+    # Past a reaper sweep (1 s): still once.
+    assert not collect(channel, "parked", 1, seconds=1.5)
+    channel.queue_delete("work")
