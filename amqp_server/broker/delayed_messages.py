@@ -30,7 +30,7 @@ from dlx.expiry import parse_expiration
 
 from ..wire.frames import shortstr
 from . import publishing
-from .delayed_exchange import DELAYED_TYPE, message_delay
+from .delayed_exchange import DELAYED_TYPE
 from .message import Entry, Message
 from .timers import Alarm
 
@@ -56,10 +56,9 @@ def exchange_of_stored(name: str) -> str | None:
 class DelayedMessages:
     def __init__(self, vhost) -> None:
         self.vhost = vhost
-        # (due ms, seq, exchange name, entry, delay ms): seq keeps publish
-        # order among messages due at the same millisecond; the delay is
-        # what the routed copy carries negated.
-        self._heap: list[tuple[float, int, str, Entry, int]] = []
+        # (due ms, seq, exchange name, entry): seq keeps publish order
+        # among messages due at the same millisecond.
+        self._heap: list[tuple[float, int, str, Entry]] = []
         self._seq = 0
         self.counts: Counter = Counter()  # exchange name -> messages held
         self.accepted = 0  # messages ever held (a dead letterer reads whether it moved)
@@ -74,21 +73,26 @@ class DelayedMessages:
         return self.counts.get(exchange, 0)
 
     def hold(self, exchange, message: Message, delay: Delay) -> None:
-        """`message`, published to `exchange`, waits out `delay`."""
+        """`message`, published to `exchange`, waits out `delay`.  What
+        waits (and is stored) is the copy that will be routed, `x-delay`
+        already negated: the work is done as messages arrive, not when a
+        burst of them falls due."""
         due = due_at(self.vhost.clock(), delay)
         self.accepted += 1
-        entry = Entry(self._seq, message)
+        held = message.with_header(DELAY_HEADER, "long", delivered_delay(delay))
+        entry = Entry(self._seq, held)
         self._seq += 1
         entry.deadline = due
         store = self.vhost.store
         if exchange.durable and store is not None:
             generation = store.enqueue(self.vhost.name, stored_name(exchange.name), entry,
-                                       message)
+                                       held)
+            # The publisher's confirm waits for the published message's flush.
             message.stored_gen = max(message.stored_gen or 0, generation)
-        self._push(entry, exchange.name, delay.ms or 0)
+        self._push(entry, exchange.name)
 
-    def _push(self, entry: Entry, exchange: str, delay_ms: int) -> None:
-        heapq.heappush(self._heap, (entry.deadline, entry.seq, exchange, entry, delay_ms))
+    def _push(self, entry: Entry, exchange: str) -> None:
+        heapq.heappush(self._heap, (entry.deadline, entry.seq, exchange, entry))
         self.counts[exchange] += 1
         self._alarm.arm(self._heap[0][0])
 
@@ -104,8 +108,8 @@ class DelayedMessages:
         heap = self._heap
         count = 0
         while heap and heap[0][0] <= now and count < limit:
-            _, _, exchange_name, entry, delay_ms = heapq.heappop(heap)
-            self._route(exchange_name, entry, delay_ms)
+            _, _, exchange_name, entry = heapq.heappop(heap)
+            self._route(exchange_name, entry)
             count += 1
         if heap:
             # At most one wake-up a millisecond (the plugin's timers count
@@ -114,13 +118,12 @@ class DelayedMessages:
             self._alarm.arm(max(heap[0][0], now + TICK_MS))
         return count
 
-    def _route(self, exchange_name: str, entry: Entry, delay_ms: int) -> None:
+    def _route(self, exchange_name: str, entry: Entry) -> None:
         vhost = self.vhost
         self.counts[exchange_name] -= 1
         if not self.counts[exchange_name]:
             del self.counts[exchange_name]
-        message = entry.message.with_header(DELAY_HEADER, "long",
-                                            delivered_delay(Delay(delay_ms)))
+        message = entry.message
         exchange = vhost.exchanges.get(exchange_name)
         outcome = publishing.UNROUTED
         if exchange is not None:
@@ -137,7 +140,7 @@ class DelayedMessages:
         """The virtual host is deleted: nothing it held is routed, nor kept."""
         self._alarm.cancel()
         store = self.vhost.store
-        for _, _, exchange_name, entry, _ in self._heap:
+        for _, _, exchange_name, entry in self._heap:
             if entry.segment is not None and store is not None:
                 store.remove(self.vhost.name, stored_name(exchange_name), [entry])
         self._heap.clear()
@@ -166,5 +169,5 @@ class DelayedMessages:
             entry = Entry(seq, message)  # its stored seq: a removal names it
             entry.deadline = due if due is not None else 0.0
             entry.segment = item.segment
-            self._push(entry, exchange_name, message_delay(message).ms or 0)
+            self._push(entry, exchange_name)
         self._seq = max(self._seq, max((item.seq for item in stored), default=-1) + 1)
