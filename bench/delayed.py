@@ -74,7 +74,7 @@ def now_ms() -> float:
 def product(url: str) -> str | None:
     try:
         conn = pika.BlockingConnection(pika.URLParameters(url))
-    except Exception:
+    except (OSError, pika.exceptions.AMQPError):
         return None
     try:
         name = (conn._impl.server_properties or {}).get("product")
@@ -175,7 +175,6 @@ async def measure(url: str, method: str, count: int, delay_ms: int, burst: bool,
     consumer = await connect(url, ArrivalClock)
     await consumer.open_channel(1)
     consumer.nack_first = method == "artemis-redelivery"
-    consumer.ack_every = 0 if consumer.nack_first else 0
     await consumer.call(1, make(spec.Basic.Qos, prefetch_count=0), spec.Basic.QosOk)
     await consumer.call(1, make(spec.Basic.Consume, queue=work,
                                 no_ack=not consumer.nack_first), spec.Basic.ConsumeOk)

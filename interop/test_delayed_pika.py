@@ -62,7 +62,7 @@ def test_delivered_messages_carry_x_delay_negated(channel):
     channel.queue_declare("dq")
     channel.queue_bind("dq", "dx", "k")
     publish(channel, "dx", "k", b"m", 150, headers={"other": "kept"})
-    [(body, props)] = collect(channel, "dq", 1)
+    [(_, props)] = collect(channel, "dq", 1)
     assert props.headers == {"x-delay": -150, "other": "kept"}
 
 
@@ -216,13 +216,13 @@ def test_delayed_messages_follow_the_exchange_name(channel):
 
 
 @pytest.mark.parametrize("arguments, text", [
-    ({}, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing "
-         "exchange type"),
-    ({"x-delayed-type": 5}, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must "
-                            "be an existing exchange type"),
+    ({}, ("PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing "
+          "exchange type")),
+    ({"x-delayed-type": 5}, ("PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must "
+                             "be an existing exchange type")),
     ({"x-delayed-type": "x-delayed-message"},
-     "PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for "
-     "'x-delayed-type'"),
+     ("PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for "
+      "'x-delayed-type'")),
     ({"x-delayed-type": "x-not-valid-type"},
      "PRECONDITION_FAILED - unknown exchange type 'x-not-valid-type'"),
 ])
@@ -293,7 +293,7 @@ def test_cc_and_bcc_route_a_delayed_message_too(channel):
         channel.queue_bind(name, "dx", name)
     publish(channel, "dx", "main", b"m", 150, headers={"CC": ["copied"], "BCC": ["blind"]})
     for name in ("main", "copied", "blind"):
-        [(body, props)] = collect(channel, name, 1)
+        [(_, props)] = collect(channel, name, 1)
         assert props.headers == {"CC": ["copied"], "x-delay": -150}
 
 

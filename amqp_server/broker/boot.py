@@ -219,8 +219,8 @@ def _restore_delayed(broker: Broker, vhost_name: str, exchange: str, stored: lis
     vhost = broker.vhosts.get(vhost_name)
     if vhost is None:
         broker.store.drop_below(vhost_name, stored_name(exchange), stored[-1].seq + 1, stored)
-        return [f"{len(stored)} delayed messages of exchange '{exchange}' in missing "
-                f"vhost '{vhost_name}' dropped"]
+        return [(f"{len(stored)} delayed messages of exchange '{exchange}' in missing "
+                 f"vhost '{vhost_name}' dropped")]
     vhost.delayed.restore(exchange, stored)
     log.info("recovered %d delayed messages of exchange '%s' in vhost '%s'", len(stored),
              exchange, vhost_name)

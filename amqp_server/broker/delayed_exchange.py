@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dlx.delays import DELAY_HEADER, NO_DELAY, Delay, read_delay, read_delay_leniently
 
-from ..errors import AMQPError, INTERNAL_ERROR, precondition_failed
+from ..errors import INTERNAL_ERROR, AMQPError, precondition_failed
 from ..wire.table import FieldTable, typed_value
 from .exchange import EXCHANGE_TYPES, Binding, Exchange
 

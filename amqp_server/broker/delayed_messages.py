@@ -24,8 +24,14 @@ import heapq
 import logging
 from collections import Counter
 
-from dlx.delays import DELAY_HEADER, NO_DELAY, Delay, delivered_delay, due_at
-from dlx.delays import scheduled_time
+from dlx.delays import (
+    DELAY_HEADER,
+    NO_DELAY,
+    Delay,
+    delivered_delay,
+    due_at,
+    scheduled_time,
+)
 from dlx.expiry import parse_expiration
 
 from ..wire.frames import shortstr
