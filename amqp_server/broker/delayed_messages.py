@@ -5,7 +5,9 @@ One per virtual host, as the plugin keeps one table per node
 earliest.  When a message is due it is routed through the exchange of its
 name as it is then (the plugin keeps the exchange's name and looks up its
 bindings when it routes), with `x-delay` negated so it is not delayed
-again; an exchange deleted in between routes it nowhere.
+again (the held copy is made negated when the message arrives, so a
+burst falling due only routes); an exchange deleted in between routes it
+nowhere.
 
 Durability: a delayed message held by a durable exchange is written to the
 message store as an entry of a pseudo-queue named after the exchange
@@ -21,7 +23,6 @@ at most a duplicate, never a loss.
 from __future__ import annotations
 
 import heapq
-import logging
 from collections import Counter
 
 from dlx.delays import (
@@ -39,8 +40,6 @@ from . import publishing
 from .delayed_exchange import DELAYED_TYPE
 from .message import Entry, Message
 from .timers import Alarm
-
-log = logging.getLogger("amqp_server")
 
 # Store entries of delayed messages belong to no queue: a name no client
 # can give a queue (amq.* is refused, NUL is not in any name tools make).
