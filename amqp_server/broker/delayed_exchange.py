@@ -58,7 +58,7 @@ class DelayedExchange(Exchange):
         self.held = None
         # The last message whose delay was read and what it was: the
         # publish path reads it to check it, then routing reads it again.
-        self._last: tuple = (None, NO_DELAY)
+        self._last: tuple = _FORGOTTEN
 
     @property
     def routes_by_content(self) -> bool:
@@ -84,41 +84,40 @@ class DelayedExchange(Exchange):
         fails it as the plugin's channel crash does (541, the connection
         closes); anywhere else such a message routes at once."""
         try:
-            self.remember(message, read_delay(*_delay_entry(message, layout)))
+            split = message.split_headers(_DELAY_KEY, layout)
+            entry = message.header_entries(_DELAY_KEY, split)
+            self.remember(message, read_delay(entry, entry.types), split)
         except ValueError as exc:
             raise AMQPError(INTERNAL_ERROR, str(exc)) from None
 
-    def remember(self, message, delay: Delay) -> None:
-        """`message`'s delay is `delay`: the next match of it need not read it."""
-        self._last = (message, delay)
+    def remember(self, message, delay: Delay, split=None) -> None:
+        """`message`'s delay is `delay` (and its headers cut at `x-delay`
+        are `split`): the next match of it need not read them again."""
+        self._last = (message, delay, split)
 
     def match(self, routing_keys, message):
-        last, delay = self._last
+        last, delay, split = self._last
         if last is not message:
-            delay = message_delay(message)
-        self._last = (None, NO_DELAY)  # no message object outlives its publish here
+            delay, split = message_delay(message), None
+        self._last = _FORGOTTEN  # no message object outlives its publish here
         if delay.delays and self.held is not None:
-            self.held.hold(self, message, delay)
+            self.held.hold(self, message, delay, split)
             return ()
         return self.routing.match(routing_keys, message)
 
 
 _DELAY_KEY = frozenset((DELAY_HEADER.encode(),))
-
-
-def _delay_entry(message, layout=None) -> tuple[FieldTable, dict]:
-    """The message's x-delay entry alone (the rest of its headers not
-    decoded: this runs for every message the exchange routes); `layout`:
-    where the publish path found the headers, if it looked."""
-    entry = message.header_entries(_DELAY_KEY, layout)
-    return entry, entry.types
+_FORGOTTEN = (None, NO_DELAY, None)
 
 
 def message_delay(message) -> Delay:
     """`x-delay` as the plugin reads it; a malformed or non-integer value
-    does not delay (the publish path refused a client's already)."""
+    does not delay (the publish path refused a client's already).  Only
+    the `x-delay` entry is decoded: this runs for every message the
+    exchange routes."""
     try:
-        return read_delay_leniently(*_delay_entry(message))
+        entry = message.header_entries(_DELAY_KEY)
+        return read_delay_leniently(entry, entry.types)
     except ValueError:
         return NO_DELAY
 

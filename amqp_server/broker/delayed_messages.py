@@ -77,14 +77,15 @@ class DelayedMessages:
         """The plugin's `messages_delayed` for one exchange."""
         return self.counts.get(exchange, 0)
 
-    def hold(self, exchange, message: Message, delay: Delay) -> None:
+    def hold(self, exchange, message: Message, delay: Delay, split=None) -> None:
         """`message`, published to `exchange`, waits out `delay`.  What
         waits (and is stored) is the copy that will be routed, `x-delay`
         already negated: the work is done as messages arrive, not when a
-        burst of them falls due."""
+        burst of them falls due.  `split`: its headers already cut at
+        `x-delay` (Message.split_headers), when the exchange has them."""
         due = due_at(self.vhost.clock(), delay)
         self.accepted += 1
-        held = message.with_header(DELAY_HEADER, "long", delivered_delay(delay))
+        held = message.with_header(DELAY_HEADER, "long", delivered_delay(delay), split)
         entry = Entry(self._seq, held)
         self._seq += 1
         entry.deadline = due

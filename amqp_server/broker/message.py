@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
+from typing import NamedTuple
 
 from dlx.dead_letter import Letter, Republish
 from dlx.delays import scheduled_time
@@ -52,6 +53,14 @@ ROUTING_HEADERS = ("CC", "BCC")
 # The scheduled-delivery header's name as a field-table key (shortstr).
 _SCHEDULED_KEY = b"\x13_AMQ_SCHED_DELIVERY"
 _U32 = struct.Struct(">I")
+
+
+class HeaderSplit(NamedTuple):
+    """A content header's headers table cut in two (Message.split_headers)."""
+
+    layout: tuple   # wire.properties.locate's, for the header it was cut from
+    own: bytes      # the encoded entries not asked for
+    picked: bytes   # the encoded entries asked for
 
 
 class InvalidMessage(ValueError):
@@ -238,32 +247,48 @@ class Message:
         copy.history = self.history
         return copy
 
-    def header_entries(self, names: frozenset[bytes], layout=None) -> FieldTable:
-        """The entries of the headers table named in `names` (encoded key
-        names), decoded alone: the rest of the table is skipped, not
-        decoded.  `layout`: `locate`'s, if the caller has it.  Raises
-        ValueError for a malformed header."""
+    def split_headers(self, names: frozenset[bytes], layout=None) -> HeaderSplit | None:
+        """The headers table cut in two without decoding it: the encoded
+        entries not named in `names` (encoded key names) and those named;
+        None when the header uses continuation flags (decode it instead).
+        `layout`: `locate`'s, if the caller has it.  Raises ValueError for
+        a malformed header."""
         header = self.header
-        if not header[HEADER_PREFIX] & _FLAG_HEADERS:
-            return FieldTable()
         if layout is None:
             layout = locate(header, HEADER_PREFIX)
-        if layout is None:  # continuation flags: decode it all
+        if layout is None:
+            return None
+        if not header[HEADER_PREFIX] & _FLAG_HEADERS:
+            return HeaderSplit(layout, b"", b"")
+        own, picked = split_table(header, layout[1] + 4, layout[2], names)
+        return HeaderSplit(layout, own, picked)
+
+    def header_entries(self, names: frozenset[bytes], split: HeaderSplit | None = None
+                       ) -> FieldTable:
+        """The entries of the headers table named in `names`, decoded
+        alone (`split`: `split_headers(names)`, if the caller has it)."""
+        if not self.header[HEADER_PREFIX] & _FLAG_HEADERS:
+            return FieldTable()
+        if split is None:
+            split = self.split_headers(names)
+        if split is None:  # continuation flags: decode it all
             headers = self.properties.headers or FieldTable()
             picked = FieldTable({k: v for k, v in headers.items() if k.encode() in names})
             picked.types.update({k: headers.type_of(k) for k in picked})
             return picked
-        _, picked = split_table(header, layout[1] + 4, layout[2], names)
-        return decode_table_body(picked) if picked else FieldTable()
+        return decode_table_body(split.picked) if split.picked else FieldTable()
 
-    def with_header(self, name: str, kind: str, value) -> "Message":
+    def with_header(self, name: str, kind: str, value,
+                    split: HeaderSplit | None = None) -> "Message":
         """A copy routed like this one whose headers hold `name` as `value`
         of wire type `kind` (a delayed message's negated `x-delay`); the
         original, which queues may hold too, stays as it was.  The other
-        headers and properties are kept byte for byte."""
+        headers and properties are kept byte for byte.  `split`:
+        `split_headers` of `name` alone, if the caller has it."""
         header = self.header
-        layout = locate(header, HEADER_PREFIX)
-        if layout is None:
+        if split is None:
+            split = self.split_headers(frozenset((name.encode("utf-8", "surrogateescape"),)))
+        if split is None:  # continuation flags: decode and encode it all
             props = self.properties
             headers = FieldTable(props.headers or {})
             headers.types.update(getattr(props.headers, "types", {}) or {})
@@ -272,12 +297,8 @@ class Message:
             new_header = header[:HEADER_PREFIX] + encode_properties(replace(props,
                                                                             headers=headers))
         else:
-            own = b""
-            if header[HEADER_PREFIX] & _FLAG_HEADERS:
-                own, _ = split_table(header, layout[1] + 4, layout[2],
-                                     frozenset((name.encode(),)))
-            table = own + encode_entry(name, kind, value)
-            new_header = splice_headers(header, HEADER_PREFIX, layout,
+            table = split.own + encode_entry(name, kind, value)
+            new_header = splice_headers(header, HEADER_PREFIX, split.layout,
                                         _U32.pack(len(table)) + table)
         copy = Message(self.exchange, self.routing_key, self.route, new_header, self.body)
         copy.routing_keys = self.routing_keys
