@@ -302,3 +302,13 @@ def test_property_flags_that_promise_more_than_is_there():
             continue
         raise AssertionError(f"{raw!r} accepted")
     scan_properties(b"\x00" * 12 + b"\x90\x00\x04text\x02", 12)  # content_type, delivery_mode
+
+
+@given(st.text(min_size=1, max_size=20), st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_one_long_entry_encodes_as_a_table_of_it_does(name, value):
+    from amqp_server.wire.table import encode_entry, encode_table_pairs
+    table = FieldTable({name: value})
+    table.types[name] = "long"
+    assert encode_entry(name, "long", value) == encode_table_pairs(table)
+    assert encode_entry(name, "longstr", str(value)) == encode_table_pairs(FieldTable(
+        {name: str(value)}))

@@ -23,6 +23,7 @@ from ..storage.message_store import MessageStore
 from ..storage.paging import Paging
 from ..wire.frames import shortstr
 from . import definitions
+from .delayed_messages import exchange_of_stored, stored_name
 from .message import Entry, Message
 from .permissions import Permission
 from .users import User
@@ -162,6 +163,10 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
         if not stored:
             continue
         vhost = broker.vhosts.get(vhost_name)
+        delayed_by = exchange_of_stored(queue_name)
+        if delayed_by is not None:
+            problems.extend(_restore_delayed(broker, vhost_name, delayed_by, stored))
+            continue
         queue = vhost.queues.get(queue_name) if vhost is not None else None
         if queue is None or not queue.durable:
             # The queue is gone (deleted before its records were): drop them.
@@ -204,3 +209,19 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
         log.info("recovered %d messages into queue '%s' in vhost '%s'", len(stored),
                  queue_name, vhost_name)
     return problems
+
+
+def _restore_delayed(broker: Broker, vhost_name: str, exchange: str, stored: list) -> list[str]:
+    """Delayed messages of a durable x-delayed-message exchange wait again
+    (routed at once if their time passed while the broker was down).  As
+    the plugin, they are kept even if the exchange is gone: when due, they
+    route through whatever exchange then has the name (or nowhere)."""
+    vhost = broker.vhosts.get(vhost_name)
+    if vhost is None:
+        broker.store.drop_below(vhost_name, stored_name(exchange), stored[-1].seq + 1, stored)
+        return [(f"{len(stored)} delayed messages of exchange '{exchange}' in missing "
+                 f"vhost '{vhost_name}' dropped")]
+    vhost.delayed.restore(exchange, stored)
+    log.info("recovered %d delayed messages of exchange '%s' in vhost '%s'", len(stored),
+             exchange, vhost_name)
+    return []

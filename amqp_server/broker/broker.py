@@ -138,6 +138,7 @@ class Broker:
             connection.shutdown(320, f"vhost '{name}' is deleted")
         for queue in list(vhost.queues.values()):
             vhost.remove_queue(queue)
+        vhost.delayed.drop_all()
         del self.vhosts[name]
         for key in [key for key in self.permissions if key[1] == name]:
             del self.permissions[key]

@@ -64,6 +64,14 @@ class Counters:
         else:
             self.unroutable_dropped += count
 
+    def routed_later(self, routed: bool) -> None:
+        """A delayed message routed when due: counted as routed or dropped
+        (as the plugin bumps messages_routed), never as received again."""
+        if routed:
+            self.routed += 1
+        else:
+            self.unroutable_dropped += 1
+
     def delivered(self, queue, count: int, no_ack: bool, redelivered: int) -> None:
         kind = queue.settings.queue_type
         (self.consumed_auto_ack if no_ack else self.consumed_manual_ack)[kind] += count

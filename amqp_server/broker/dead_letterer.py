@@ -68,6 +68,7 @@ class Plan(NamedTuple):
     pairs: bytes               # encoded headers it writes after the message's own
     event: str                 # the shared part of its dead-letter log line
     per_message: bool = False  # the exchange routes on headers: one plan per message
+    held: bool = False         # a delayed exchange on the way holds its dead letter
 
 
 def _own_and_read(header: bytes, layout) -> tuple[bytes, bytes]:
@@ -117,10 +118,16 @@ class DeadLetterer:
             if plan is None:
                 plan = plans[key] = self._plan(queue, message, layout, own, read, reason,
                                                target, now)
-            if plan.per_message:
+                if plan.per_message:  # made from this message's own headers
+                    plans[(*key, own)] = plan
+            elif plan.per_message:
                 key = (*key, own)
-                plan = plans.get(key) or plans.setdefault(key, self._plan(
-                    queue, message, layout, own, read, reason, target, now))
+                plan = plans.get(key)
+                # A plan whose routing handed its dead letter to a delayed
+                # exchange served that one message: the next is routed anew.
+                if plan is None or plan.held:
+                    plan = plans[key] = self._plan(queue, message, layout, own, read,
+                                                   reason, target, now)
             cause = plan.cause
             accepted = plan.target_names
             if cause is None:
@@ -220,9 +227,15 @@ class DeadLetterer:
         pairs = encode_table_pairs(decided.base_headers) + death_pairs(decided.history)
         table = own + pairs
         copy = message.dead_lettered(decided, _U32.pack(len(table)) + table)
+        holding = vhost.delayed.accepted
         routed = vhost.route(exchange, list(copy.routing_keys), copy)
         per_message = exchange.routes_by_content
+        # Routing it may have handed it to a delayed exchange, which holds
+        # it (and routes it when due): taken, though no queue has it yet.
+        held = vhost.delayed.accepted != holding
         if not routed:
+            if held:
+                return Plan(None, copy, [], [], pairs, event(decided), per_message, True)
             return Plan(NO_ROUTE, None, [], [], b"", event(decided), per_message)
         keep, cycling = split_cycles(reason, decided.history, [q.name for q in routed])
         if cycling:
@@ -232,7 +245,7 @@ class DeadLetterer:
         kept = set(keep)
         targets = [target for target in routed if target.name in kept]
         return Plan(None, copy, targets, [target.name for target in targets], pairs,
-                    event(decided), per_message)
+                    event(decided), per_message, held)
 
     def _log_cycle(self, cycling: list[str], history: list[str]) -> None:
         for name in cycling:

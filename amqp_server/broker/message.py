@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
+from typing import NamedTuple
 
 from dlx.dead_letter import Letter, Republish
 from dlx.deaths import DeathHistory, death_headers, history_from_headers
+from dlx.delays import scheduled_time
 from dlx.expiry import parse_expiration
 
 from ..wire.frames import CONTENT_HEADER_PREFIX, shortstr
@@ -26,8 +28,15 @@ from ..wire.properties import (
     encode_properties,
     locate,
     splice_dead_letter,
+    splice_headers,
 )
-from ..wire.table import FieldTable, encode_table_pairs
+from ..wire.table import (
+    FieldTable,
+    decode_table_body,
+    encode_entry,
+    encode_table_pairs,
+    split_table,
+)
 
 HEADER_PREFIX = CONTENT_HEADER_PREFIX
 _FLAG_HEADERS = 0x20      # high byte of the flags: bit 13
@@ -41,7 +50,17 @@ CHECK_FLAGS = INSPECT_FLAGS | REPLY_TO_FLAG
 # header[HEADER_PREFIX + 1] & USER_ID_FLAG: the publish claims a user.
 USER_ID_FLAG = 0x10       # low byte of the flags: bit 4
 ROUTING_HEADERS = ("CC", "BCC")
+# The scheduled-delivery header's name as a field-table key (shortstr).
+_SCHEDULED_KEY = b"\x13_AMQ_SCHED_DELIVERY"
 _U32 = struct.Struct(">I")
+
+
+class HeaderSplit(NamedTuple):
+    """A content header's headers table cut in two (Message.split_headers)."""
+
+    layout: tuple   # wire.properties.locate's, for the header it was cut from
+    own: bytes      # the encoded entries not asked for
+    picked: bytes   # the encoded entries asked for
 
 
 class InvalidMessage(ValueError):
@@ -50,7 +69,8 @@ class InvalidMessage(ValueError):
 
 class Message:
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_properties",
-                 "routing_keys", "bcc", "ttl", "history", "origin", "stored_gen")
+                 "routing_keys", "bcc", "ttl", "history", "origin", "stored_gen",
+                 "scheduled")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes,
                  header: bytes, body: bytes, routing_keys: tuple[str, ...] | None = None) -> None:
@@ -67,6 +87,9 @@ class Message:
         self.origin: Message | None = None  # set on a per-delivery copy
         # The store flush that makes this message durable (None: not stored).
         self.stored_gen: int | None = None
+        # Artemis's _AMQ_SCHED_DELIVERY (ms since the epoch): each queue
+        # holds it from consumers until then.
+        self.scheduled: int | None = None
 
     @classmethod
     def to(cls, exchange: str, routing_key: str, header: bytes, body: bytes) -> Message:
@@ -106,9 +129,10 @@ class Message:
                 raise InvalidMessage(f"invalid expiration '{expiration}': {exc}") from exc
         # One search for both names ("BCC" holds "CC"), the exact ones only
         # where it finds something.
-        if h_end > h_start and header.find(b"CC", h_start, h_end) >= 0 and (
+        if h_end > h_start and (header.find(b"CC", h_start, h_end) >= 0 and (
                 header.find(b"\x02CC", h_start, h_end) >= 0
-                or header.find(b"\x03BCC", h_start, h_end) >= 0):
+                or header.find(b"\x03BCC", h_start, h_end) >= 0)
+                or header.find(_SCHEDULED_KEY, h_start, h_end) >= 0):
             self._inspect_decoded()
 
     def _inspect_decoded(self) -> None:
@@ -123,6 +147,8 @@ class Message:
                 raise InvalidMessage(
                     f"invalid expiration '{props.expiration}': {exc}") from exc
         headers = props.headers
+        if headers:
+            self.scheduled = scheduled_time(headers)
         if headers and ("CC" in headers or "BCC" in headers):
             extra = {}
             for name in ROUTING_HEADERS:
@@ -184,6 +210,7 @@ class Message:
         and changed (TTL, CC/BCC, a header without BCC or with a reply name)."""
         self.ttl, self.routing_keys, self.bcc = previous.ttl, previous.routing_keys, previous.bcc
         self.header, self._properties = previous.header, previous._properties
+        self.scheduled = previous.scheduled
 
     def set_header(self, header: bytes) -> None:
         """Another content header (its properties decoded again on use)."""
@@ -217,6 +244,67 @@ class Message:
         copy = Message(self.exchange, self.routing_key, self.route, header, body)
         copy.routing_keys = self.routing_keys
         copy.bcc = self.bcc
+        copy.history = self.history
+        return copy
+
+    def split_headers(self, names: frozenset[bytes], layout=None) -> HeaderSplit | None:
+        """The headers table cut in two without decoding it: the encoded
+        entries not named in `names` (encoded key names) and those named;
+        None when the header uses continuation flags (decode it instead).
+        `layout`: `locate`'s, if the caller has it.  Raises ValueError for
+        a malformed header."""
+        header = self.header
+        if layout is None:
+            layout = locate(header, HEADER_PREFIX)
+        if layout is None:
+            return None
+        if not header[HEADER_PREFIX] & _FLAG_HEADERS:
+            return HeaderSplit(layout, b"", b"")
+        own, picked = split_table(header, layout[1] + 4, layout[2], names)
+        return HeaderSplit(layout, own, picked)
+
+    def header_entries(self, names: frozenset[bytes], split: HeaderSplit | None = None
+                       ) -> FieldTable:
+        """The entries of the headers table named in `names`, decoded
+        alone (`split`: `split_headers(names)`, if the caller has it)."""
+        if not self.header[HEADER_PREFIX] & _FLAG_HEADERS:
+            return FieldTable()
+        if split is None:
+            split = self.split_headers(names)
+        if split is None:  # continuation flags: decode it all
+            headers = self.properties.headers or FieldTable()
+            picked = FieldTable({k: v for k, v in headers.items() if k.encode() in names})
+            picked.types.update({k: headers.type_of(k) for k in picked})
+            return picked
+        return decode_table_body(split.picked) if split.picked else FieldTable()
+
+    def with_header(self, name: str, kind: str, value,
+                    split: HeaderSplit | None = None) -> Message:
+        """A copy routed like this one whose headers hold `name` as `value`
+        of wire type `kind` (a delayed message's negated `x-delay`); the
+        original, which queues may hold too, stays as it was.  The other
+        headers and properties are kept byte for byte.  `split`:
+        `split_headers` of `name` alone, if the caller has it."""
+        header = self.header
+        if split is None:
+            split = self.split_headers(frozenset((name.encode("utf-8", "surrogateescape"),)))
+        if split is None:  # continuation flags: decode and encode it all
+            props = self.properties
+            headers = FieldTable(props.headers or {})
+            headers.types.update(getattr(props.headers, "types", {}) or {})
+            headers[name] = value
+            headers.types[name] = kind
+            new_header = header[:HEADER_PREFIX] + encode_properties(replace(props,
+                                                                            headers=headers))
+        else:
+            table = split.own + encode_entry(name, kind, value)
+            new_header = splice_headers(header, HEADER_PREFIX, split.layout,
+                                        _U32.pack(len(table)) + table)
+        copy = Message(self.exchange, self.routing_key, self.route, new_header, self.body)
+        copy.routing_keys = self.routing_keys
+        copy.bcc = self.bcc
+        copy.ttl = self.ttl
+        copy.scheduled = self.scheduled
         copy.history = self.history
         return copy
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from ..errors import AMQPError, not_found, precondition_failed, resource_name
 from ..wire.properties import user_id
+from .delayed_exchange import DELAYED_TYPE
 from .direct_reply import asks_for_replies, name_replies
 from .message import (
     CHECK_FLAGS,
@@ -157,6 +158,10 @@ def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bo
     header = message.header
     if header[HEADER_PREFIX] & CHECK_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
         check_content(message, grant, reply_name, layout)
+    if exchange.type_name == DELAYED_TYPE:
+        # The layout found on arrival holds while the header is the one
+        # that arrived (a BCC or reply-to check may have replaced it).
+        exchange.check_delay(message, layout if message.header is header else None)
     outcome = enqueue(route(vhost, exchange, message), message)
     vhost.counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
     return outcome
@@ -173,6 +178,7 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
     in order, as soon as it is known.  Should a message fail its checks,
     those before it are published first, then its error is raised."""
     exchange = exchange_for(vhost, messages[0].exchange, grant)
+    delays = exchange.type_name == DELAYED_TYPE
     refusal = None
     checked = 0
     last_header = None
@@ -187,6 +193,13 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
                 break
         elif header is last_header:  # the same properties: the same findings
             message.found_as(messages[checked - 1])
+        if delays:
+            try:
+                exchange.check_delay(message, layouts[checked]
+                                     if layouts and message.header is header else None)
+            except AMQPError as error:
+                refusal = error
+                break
         last_header = header
         checked += 1
     if checked:
@@ -202,7 +215,8 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
     first = messages[0]
     keys = first.routing_keys
     if exchange.routes_by_content or any(
-            m.routing_keys != keys or m.ttl is not None for m in messages):
+            m.routing_keys != keys or m.ttl is not None or m.scheduled is not None
+            for m in messages):
         queues = None  # each routed on its own
     else:
         queues = vhost.route(exchange, keys, first)
@@ -233,6 +247,8 @@ def check_and_route(vhost, message: Message, grant, reply_name: str | None = Non
     `enqueue_routed` at commit."""
     exchange = exchange_for(vhost, message.exchange, grant)
     check_content(message, grant, reply_name)
+    if exchange.type_name == DELAYED_TYPE:
+        exchange.check_delay(message)
     return Routed(message, tuple(queue.name for queue in route(vhost, exchange, message)))
 
 

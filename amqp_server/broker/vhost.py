@@ -42,6 +42,8 @@ from .access_control import check_not_default
 from .auto_created import AutoCreatedQueues
 from .counters import Counters
 from .dead_letterer import DeadLetterer
+from .delayed_exchange import DECLARABLE_TYPES, DelayedExchange
+from .delayed_messages import DelayedMessages
 from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
@@ -142,6 +144,7 @@ class VirtualHost:
         self.counters = Counters()  # the broker's, once it adopts this vhost
         self.replies = DirectReplies()  # the broker's, once it adopts this vhost
         self.auto_created = AutoCreatedQueues(self.timers, self.remove_queue)
+        self.delayed = DelayedMessages(self)  # held by x-delayed-message exchanges
         self._settings_made: dict[tuple, object] = {}
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(name, self.queues)}
@@ -185,7 +188,7 @@ class VirtualHost:
         what = resource_name("exchange", name, self.name)
         if passive:
             return self.exchange(name)
-        cls = EXCHANGE_TYPES.get(type_name)
+        cls = DECLARABLE_TYPES.get(type_name)
         if cls is None:
             # 3.13 made this a channel error (406); 3.10 closed the connection.
             raise precondition_failed(f"unknown exchange type '{type_name}'")
@@ -199,6 +202,8 @@ class VirtualHost:
                 raise precondition_failed(
                     f"invalid type '{alternate[0]}' for arg 'alternate-exchange' in {what}")
             exchange = cls(self.name, name, durable, auto_delete, internal, arguments)
+            if isinstance(exchange, DelayedExchange):
+                exchange.held = self.delayed
             exchange.apply_policy(match_exchange(self.policies.in_vhost(self.name), name))
             self.exchanges[name] = exchange
             if durable:

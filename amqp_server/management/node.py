@@ -12,7 +12,7 @@ import time
 
 from .. import __version__
 from ..broker import resources
-from ..broker.exchange import EXCHANGE_TYPES
+from ..broker.delayed_exchange import DECLARABLE_TYPES
 from .shapes import NODE
 
 # When this module was first imported: the broker process's start, close enough.
@@ -23,6 +23,7 @@ _EXCHANGE_DESCRIPTIONS = {
     "fanout": "AMQP fanout exchange, as per the AMQP specification",
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
+    "x-delayed-message": "Delayed Message Exchange.",  # the plugin's description/0
 }
 _AUTH_MECHANISMS = (("AMQPLAIN", "QPid AMQPLAIN mechanism"),
                     ("PLAIN", "SASL PLAIN authentication mechanism"))
@@ -73,7 +74,7 @@ def node_json(broker, listeners: list[dict]) -> dict:
         "log_files": ["<stdout>"],
         "enabled_plugins": [],
         "exchange_types": [{"name": name, "description": _EXCHANGE_DESCRIPTIONS.get(name, ""),
-                            "enabled": True} for name in EXCHANGE_TYPES],
+                            "enabled": True} for name in DECLARABLE_TYPES],
         "auth_mechanisms": [{"name": name, "description": text, "enabled": True}
                             for name, text in _AUTH_MECHANISMS],
         "contexts": [{"description": "RabbitMQ Management", "path": "/",

@@ -74,7 +74,7 @@ def _single_active_tag(queue) -> str | None:
 
 
 def exchange_json(exchange) -> dict:
-    return {
+    shape = {
         "name": exchange.name,
         "vhost": exchange.vhost,
         "type": exchange.type_name,
@@ -85,6 +85,12 @@ def exchange_json(exchange) -> dict:
         "policy": exchange.policy.name if exchange.policy else None,
         "user_who_performed_action": "",
     }
+    held = getattr(exchange, "held", None)
+    if held is not None:
+        # The delayed-message plugin's info item, which the management
+        # API lists with the exchange (rabbit_exchange_type_delayed_message:info/1).
+        shape["messages_delayed"] = held.held_by(exchange.name)
+    return shape
 
 
 def connection_json(conn) -> dict:

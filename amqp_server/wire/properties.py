@@ -298,6 +298,14 @@ def splice_dead_letter(header: bytes, offset: int, layout: Layout, new_headers: 
                      new_headers, header[h_end:e_start], header[e_end:]))
 
 
+def splice_headers(header: bytes, offset: int, layout: Layout, new_headers: bytes) -> bytes:
+    """The header with its headers table replaced by `new_headers` (an
+    encoded table); everything else byte for byte."""
+    flags, h_start, h_end, _, _ = layout
+    return b"".join((header[:offset], _U16.pack(flags | _HEADERS_BIT),
+                     header[offset + 2:h_start], new_headers, header[h_end:]))
+
+
 def _past_headers(header: bytes, offset: int, flags: int) -> int:
     """Where the properties after the headers table start (content-type,
     content-encoding and headers skipped, not decoded)."""

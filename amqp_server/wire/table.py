@@ -346,6 +346,17 @@ def encode_table_pairs(table: dict) -> bytes:
     return b"".join(out)
 
 
+def encode_entry(name: str, type_name: str, value: object) -> bytes:
+    """One table entry (key and typed value), as `encode_table_pairs`
+    writes it; a `long`, the common case, without building a table."""
+    if type_name == "long" and type(value) is int:
+        key = name.encode("utf-8", "surrogateescape")
+        return bytes((len(key),)) + key + b"l" + _I64.pack(value)
+    table = FieldTable({name: value})
+    table.types[name] = type_name
+    return encode_table_pairs(table)
+
+
 def encode_array(array: list) -> bytes:
     types = getattr(array, "types", None) or []
     out: list[bytes] = []

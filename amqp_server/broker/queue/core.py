@@ -262,7 +262,7 @@ class Queue:
 
     def enqueue(self, message: Message) -> str:
         """Take a routed message; returns ACCEPTED or REJECTED (overflow)."""
-        if self.plain and message.ttl is None:
+        if self.plain and message.ttl is None and message.scheduled is None:
             # The hot path: `_enqueue_checked` with no rule to check, and
             # its Deliver carried out inline (test_queue_parts.py checks
             # that both fare alike).  This runs once per publish.
@@ -306,6 +306,9 @@ class Queue:
             self._persist(entry, message)  # first: a page file records its segment
         self.next_seq += 1
         self.published += 1
+        if message.scheduled is not None and message.scheduled > now:
+            self._schedule(entry, message.scheduled)
+            return ACCEPTED
         effects = []
         consumer = None
         if self.consumers and not self.ready:
@@ -325,6 +328,13 @@ class Queue:
         if self.ready and self.ready[0].deadline is not None:
             self.expire(now)
         return ACCEPTED
+
+    def _schedule(self, entry: Entry, due: float) -> None:
+        """Artemis's scheduled delivery: held until `due` (its time stored
+        with it, as Artemis's scheduled-delivery record), then ready."""
+        if entry.segment is not None:
+            self.store.returned(self.vhost, self.name, entry, due, always=True)
+        self.carry_out((self.redelivery.schedule(entry, due),))
 
     def enqueue_run(self, messages: list) -> None:
         """Messages published back to back with the same exchange, routing
@@ -530,6 +540,10 @@ class Queue:
     def _put_back(self, entries: list[Entry]) -> None:
         for entry in entries:
             entry.redelivered = True
+        self._requeue(entries)
+
+    def _requeue(self, entries: list[Entry]) -> None:
+        for entry in entries:
             self.ready_bytes += len(entry.message.body)
         self.ready.put_back(entries, self.redelivery.at_head)
         if self.limits.sheds_head:
@@ -604,7 +618,7 @@ class Queue:
         """Delayed messages whose time has come go back to the queue."""
         due = self.redelivery.due(now)
         if due:
-            self._put_back(due)
+            self._requeue(due)  # flagged redelivered when held, unless scheduled
         next_due = self.redelivery.next_due
         if next_due is not None:
             self.carry_out((ArmTimer(REDELIVERY, next_due),))
@@ -790,7 +804,8 @@ class Queue:
             self.limits.saw_deadline()
         self.redelivery.restored(entry)
         if due is not None:
-            self.carry_out((self.redelivery.hold(entry, due),))
+            # A delayed redelivery (redelivered) or a scheduled delivery (not).
+            self.carry_out((self.redelivery.schedule(entry, due),))
             return
         self.ready.append(entry)
         self.ready_bytes += len(entry.message.body)

@@ -19,7 +19,8 @@ Interface (the queue calls it; `now` is the queue's clock, wall-clock ms):
                                     count returns: what comes back now, and
                                     the effects for those that died or wait
     restored(entry)                 a stored entry comes back with its count
-    hold(entry, due) -> effect      keep an entry from consumers until `due`
+    hold(entry, due) -> effect      keep a returned entry from consumers until `due`
+    schedule(entry, due) -> effect  the same, redelivered flag untouched (scheduled delivery)
     due(now)                        the held entries whose time has come (taken)
     next_due                        when the next one is due (None: none)
     take_expired(now)               held entries whose TTL passed (taken)
@@ -100,6 +101,11 @@ class Redelivery:
 
     def hold(self, entry: Entry, due: float) -> ArmTimer:
         entry.redelivered = True
+        return self.schedule(entry, due)
+
+    def schedule(self, entry: Entry, due: float) -> ArmTimer:
+        """Keep `entry` from consumers until `due`, its redelivered flag
+        as it is (Artemis's scheduled delivery: never delivered yet)."""
         heapq.heappush(self._scheduled, (due, next(self._ties), entry))
         return ArmTimer(REDELIVERY, due)
 

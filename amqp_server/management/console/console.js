@@ -415,6 +415,8 @@
       {title: "Internal", value: (x) => (x.internal ? "yes" : "no")},
       {title: "Policy", value: (x) => x.policy || ""},
       {title: "Arguments", value: (x) => compact(x.arguments)},
+      // The delayed-message plugin's count, on x-delayed-message exchanges only.
+      {title: "Delayed", value: (x) => x.messages_delayed ?? "", num: true},
     ], {sortBy: 1});
     root.append(el("h1", {text: "Exchanges"}), t.node);
     return async () => t.set(await api("GET", "/api/exchanges"));
