@@ -12,6 +12,7 @@ from policies.registry import ArgumentError, validate_consume_arguments
 from ...broker.direct_reply import PSEUDO_QUEUE
 from ...broker.permissions import READ
 from ...broker.queue.dispatch import SingleActive
+from ...broker.stream import check_stream_consume
 from ...broker.vhost import server_generated_name
 from ...errors import (
     access_refused,
@@ -144,6 +145,8 @@ class ConsumingPart:
         except ArgumentError as error:
             raise precondition_failed(error.message(
                 resource_name("queue", queue.name, self.vhost.name))) from None
+        if queue.settings.is_stream:
+            check_stream_consume(queue, method, self.consumer_prefetch, self.global_prefetch)
         if not tag:
             tag = server_generated_name("amq.ctag")
         consumer = Consumer(tag, self, queue, method.no_ack, exclusive,

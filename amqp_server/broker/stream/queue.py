@@ -1,0 +1,257 @@
+"""A stream: a queue whose messages stay after they are consumed.
+
+Every message routed to it is appended to its log (storage/stream_log.py)
+and confirmed once on disk, like a persistent message; nothing is kept per
+message in memory.  Each consumer has its own reader, starting where its
+`x-stream-offset` says (policies/stream_rules.py), and reads every message
+from there on, whatever other consumers do.  Its prefetch is its credit:
+a delivery takes one, an ack (or a nack or reject: rabbit_stream_queue:
+settle/5 treats them alike) gives it back and removes nothing.  Each
+delivery carries its offset in the `x-stream-offset` header.
+
+Retention removes whole segments from the oldest by `max-length-bytes` and
+`max-age` when a segment fills, when the stream opens and when its policy
+changes (osiris evaluates retention when a segment rolls).
+
+The queue keeps the surface channels, the virtual host and the management
+API use (it is a `Queue`); what a stream does not do is refused with
+RabbitMQ's words: basic.get and queue.purge (540).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from policies.effective import QueueSettings
+from policies.stream_rules import SegmentFacts, offset_spec, segments_to_remove, start_offset
+
+from ...errors import not_implemented, resource_name
+from ...wire.properties import decode_properties, encode_properties
+from ...wire.table import FieldTable, typed_value
+from ..message import HEADER_PREFIX, Entry, Message
+from ..queue import ACCEPTED, REJECTED, Queue
+
+log = logging.getLogger("amqp_server.stream")
+
+# Messages read for one consumer at a time, at most.
+READ_BATCH = 256
+OFFSET_HEADER = "x-stream-offset"
+
+
+def _route_parts(route: bytes) -> tuple[str, str]:
+    """The exchange and routing key of an encoded basic.deliver route."""
+    length = route[0]
+    exchange = route[1:1 + length].decode("utf-8", "surrogateescape")
+    key = route[2 + length:2 + length + route[1 + length]].decode("utf-8", "surrogateescape")
+    return exchange, key
+
+
+def with_offset(header: bytes, offset: int) -> bytes:
+    """The content header with `x-stream-offset` (a long, as RabbitMQ sets
+    it) added to its headers table; every other property kept."""
+    props = decode_properties(header[HEADER_PREFIX:])
+    headers = FieldTable(props.headers or {})
+    headers.types.update(getattr(props.headers, "types", None) or {})
+    headers[OFFSET_HEADER] = offset
+    headers.types[OFFSET_HEADER] = "long"
+    return header[:HEADER_PREFIX] + encode_properties(replace(props, headers=headers))
+
+
+class StreamQueue(Queue):
+    is_stream = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.log = None  # the stream's log, once the broker gives it a store
+        self._store = None
+        self.readers: dict = {}  # consumer -> storage.stream_log.Reader
+        self.retained = 0  # messages retention removed
+        super().__init__(*args, **kwargs)
+
+    # ---- the log, opened when the virtual host (or boot) gives a store ------------
+
+    @property
+    def store(self):
+        return self._store
+
+    @store.setter
+    def store(self, store) -> None:
+        # Set by the virtual host at declaration and by the broker after
+        # boot restored the definitions: either way the log opens here.
+        self._store = store
+        if store is None or self.log is not None or self.deleted:
+            return
+        self.log, problems = store.open_stream(self.vhost, self.name,
+                                               self.settings.stream_max_segment_size_bytes)
+        for problem in problems:
+            log.warning("stream '%s' in vhost '%s': %s", self.name, self.vhost, problem)
+        self.log.on_committed = self.dispatch
+        self.retain()
+
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """Declared, or a policy changed: retention and segment size follow."""
+        self.settings = settings
+        self.is_quorum = False
+        self.plain = True  # never refuses, no per-message rule
+        if self.log is not None:
+            self.log.segment_size = max(1, settings.stream_max_segment_size_bytes)
+            self.retain()
+
+    def retain(self) -> None:
+        stream = self.log
+        facts = [SegmentFacts(segment.size, segment.newest) for segment in stream.segments]
+        count = segments_to_remove(facts, self.settings.max_length_bytes,
+                                   self.settings.max_age_ms, self.clock())
+        if count:
+            self.retained += stream.remove_oldest(count)
+
+    # ---- views ---------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        return self.log.message_count if self.log is not None else 0
+
+    @property
+    def needs_sweep(self) -> bool:
+        return False
+
+    @property
+    def auto_delete_due(self) -> bool:
+        return False
+
+    def consumer_offsets(self) -> dict:
+        """Each consumer's next offset, by consumer tag."""
+        return {consumer.tag: reader.offset for consumer, reader in self.readers.items()}
+
+    # ---- taking messages in ------------------------------------------------------------
+
+    def enqueue(self, message: Message) -> str:
+        stream = self.log
+        if stream is None:
+            # A broker without a data directory has nowhere to keep it: a
+            # publisher in confirm mode hears a nack, never a silent loss.
+            self.stats["rejected_publishes"] += 1
+            return REJECTED
+        segments = len(stream.segments)
+        stream.append(message.route, message.header, message.body, self.clock())
+        # The store's next flush writes it: its confirm waits for that one.
+        message.stored_gen = self._store.next_generation
+        self.published += 1
+        if len(stream.segments) != segments:
+            self.retain()  # a segment filled
+        return ACCEPTED
+
+    def enqueue_run(self, messages: list) -> None:
+        for message in messages:
+            self.enqueue(message)
+
+    # ---- consumers ----------------------------------------------------------------------
+
+    def add_consumer(self, consumer, exclusive: bool) -> None:
+        stream = self.log
+        if stream is None:
+            return
+        spec = offset_spec(typed_value(consumer.arguments or FieldTable(), OFFSET_HEADER),
+                           self.clock())
+        assert spec is not None  # checked with the consume arguments
+        start = start_offset(spec, stream.first_offset, stream.next_offset)
+        if start is None:  # a timestamp
+            self.readers[consumer] = stream.reader(stream.first_at_or_after(spec.value),
+                                                   spec.value)
+        else:
+            self.readers[consumer] = stream.reader(start)
+        self.consumers.add(consumer)
+        self.had_consumers = True
+        if exclusive:
+            self.exclusive_consumer = consumer
+        self.dispatch()
+
+    def remove_consumer(self, consumer) -> None:
+        reader = self.readers.pop(consumer, None)
+        if reader is not None:
+            reader.close()
+        if self.consumers.discard(consumer) and self.exclusive_consumer is consumer:
+            self.exclusive_consumer = None
+
+    def dispatch(self) -> None:
+        """Each consumer reads on while it has credit and there is more."""
+        if self.deleted:
+            return
+        for consumer, reader in list(self.readers.items()):
+            self._feed(consumer, reader)
+
+    def _feed(self, consumer, reader) -> None:
+        while consumer in self.readers:
+            room = consumer.room()
+            if room <= 0:
+                return
+            stored = reader.read(min(room, READ_BATCH))
+            if not stored:
+                return
+            entries = []
+            for item in stored:
+                exchange, key = _route_parts(item.route)
+                message = Message(exchange, key, item.route,
+                                  with_offset(item.header, item.offset), item.body)
+                entries.append(Entry(item.offset, message))
+            self.unacked += len(entries)
+            self.delivered += len(entries)
+            if len(entries) == 1:
+                consumer.take(self, entries[0])
+            else:
+                consumer.take_many(self, entries)
+
+    # ---- settling: credit back, nothing removed -----------------------------------------
+
+    def settle(self, entries) -> None:
+        count = len(entries)
+        self.unacked -= count
+        self.acked += count
+        self.dispatch()
+
+    def requeue(self, entries, by_client: bool = True) -> None:
+        # 3.13: a nack or reject gives credit like an ack; the message
+        # stays in the stream and is not delivered again to this consumer.
+        self.unacked -= len(entries)
+        self.dispatch()
+
+    def reject(self, entries) -> None:
+        self.unacked -= len(entries)
+        self.dispatch()
+
+    # ---- what a stream does not do --------------------------------------------------------
+
+    def _what(self) -> str:
+        return resource_name("queue", self.name, self.vhost)
+
+    def take_one(self):
+        raise not_implemented(f"basic.get not supported by stream queues {self._what()}")
+
+    def purge(self) -> int:
+        if self.deleted:
+            return self.message_count  # queue.delete counts what went with it
+        raise not_implemented(f"queue.purge not supported by stream queues {self._what()}")
+
+    def expire(self, now: float) -> int:
+        return 0
+
+    def sweep(self, now: float) -> int:
+        return 0
+
+    def touch(self) -> None:
+        pass
+
+    def withdraw(self, seqs) -> list:
+        return []
+
+    def attach_paging(self, paging) -> None:
+        pass
+
+    def close(self) -> None:
+        """Deleted: the readers close and the log's files go."""
+        self.deleted = True
+        for reader in self.readers.values():
+            reader.close()
+        self.readers.clear()
+        if self.log is not None and self._store is not None:
+            self._store.delete_stream(self.log)
