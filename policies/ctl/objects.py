@@ -18,7 +18,9 @@ VALID_COLUMNS = {
                "messages_delayed", "message_bytes_ready", "messages_ram", "messages_paged_out",
                "message_bytes_paged_out", "consumers", "single_active_consumer_tag", "policy",
                "operator_policy", "effective_policy_definition", "dead_lettered",
-               "dead_letter_dropped", "expired", "rejected_publishes", "dead_letter_held"),
+               "dead_letter_dropped", "expired", "rejected_publishes", "dead_letter_held",
+               # streams (RabbitMQ's names; `stream` holds ours)
+               "leader", "members", "online", "segments", "committed_offset", "stream"),
     "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments",
                   "policy"),
     "bindings": ("source_name", "source_kind", "destination_name", "destination_kind",
