@@ -81,3 +81,21 @@ def test_prometheus_has_a_streams_log_and_consumer_offsets(broker):
     assert offset(metrics) == 3
     assert value(metrics, "rabbitmq_queue_messages", **labels) == 3
     assert value(scrape(broker), "amqp_stream_segments") >= 1
+
+
+def test_http_get_purge_and_the_workbench_refuse_a_stream(broker):
+    name = unique()
+    declare(broker.url, name)
+    publish(broker.url, name, 2)
+    path = f"/api/queues/%2F/{urllib.parse.quote(name, safe='')}"
+    status, body = http(broker, "POST", f"{path}/get", {"count": 1, "ackmode": "ack_requeue_true",
+                                                         "encoding": "auto"})
+    assert status >= 400 and "basic.get not supported by stream queues" in str(body)
+    status, body = http(broker, "DELETE", f"{path}/contents")
+    assert status >= 400 and "queue.purge not supported by stream queues" in str(body)
+    for method, action, payload in (("GET", "messages", None), ("POST", "redrive", {}),
+                                    ("POST", "move", {"target": "x"}),
+                                    ("POST", "delete-messages", {})):
+        status, body = http(broker, method, f"{path}/{action}", payload)
+        assert status == 400 and "does not read streams yet" in str(body), action
+    assert queue_info(broker, name)["messages"] == 2  # nothing taken out

@@ -39,6 +39,24 @@ from .requests import (
 )
 from .tasks import DEFAULT_RATE, DELETE, MOVE, REDRIVE, LocalTarget, RemoteTarget, TaskRegistry
 
+# Browsing a stream by offset and time, and redriving from it without
+# removing anything, are not built: refused, never shown as empty.
+NOT_FOR_STREAMS = ("the workbench does not read streams yet; read a stream with a consumer "
+                   "and x-stream-offset (docs/streams.md)")
+
+
+def _not_a_stream(queue) -> None:
+    if queue.settings.is_stream:
+        raise BadRequest(NOT_FOR_STREAMS)
+
+
+def workbench_queue(request: web.Request):
+    """`readable_queue`, but never a stream."""
+    vhost, queue = readable_queue(request)
+    _not_a_stream(queue)
+    return vhost, queue
+
+
 TASKS = web.AppKey("workbench_tasks", TaskRegistry)
 MARKS = web.AppKey("workbench_marks", workbench.Marks)
 
@@ -88,7 +106,7 @@ async def mark(request: web.Request) -> web.Response:
 
 
 async def messages(request: web.Request) -> web.Response:
-    vhost, queue = readable_queue(request)
+    vhost, queue = workbench_queue(request)
     query = dict(request.query)
     offset = _number(query.pop("offset", None), "offset", 0)
     limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
@@ -155,7 +173,7 @@ def _started(request: web.Request, kind: str, vhost, queue, seqs, missing, rate,
 
 
 async def redrive(request: web.Request) -> web.Response:
-    vhost, queue = readable_queue(request)
+    vhost, queue = workbench_queue(request)
     body = await read_body(request)
     seqs, missing = _chosen(request, queue, body)
     target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
@@ -164,7 +182,7 @@ async def redrive(request: web.Request) -> web.Response:
 
 
 async def move(request: web.Request) -> web.Response:
-    vhost, queue = readable_queue(request)
+    vhost, queue = workbench_queue(request)
     body = await read_body(request)
     exchange = body.get("exchange")
     if not isinstance(exchange, str):
@@ -200,7 +218,7 @@ async def move(request: web.Request) -> web.Response:
 
 
 async def delete_messages(request: web.Request) -> web.Response:
-    vhost, queue = readable_queue(request)
+    vhost, queue = workbench_queue(request)
     body = await read_body(request)
     seqs, missing = _chosen(request, queue, body)
     return _started(request, DELETE, vhost, queue, seqs, missing, _rate(body), None, {})
