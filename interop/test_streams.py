@@ -67,7 +67,6 @@ def test_a_server_named_stream_is_refused(broker):
     ({"x-max-age": 10}, "{unacceptable_type,signedint}"),
     ({"x-max-length-bytes": -1}, "{value_negative,-1}"),
     ({"x-initial-cluster-size": 0}, "{value_zero,0}"),
-    ({"x-stream-filter-size-bytes": 20}, '"stream filtering is not supported"'),
 ])
 def test_stream_arguments_are_checked_with_rabbitmqs_terms(broker, arguments, term):
     name = unique()
@@ -264,12 +263,49 @@ def test_an_offset_that_is_not_one_is_refused(broker):
                       "in vhost '/': {invalid_stream_offset_arg,{longstr,<<\"bogus\">>}}")
 
 
-def test_filtering_is_refused_until_it_is_built(broker):
+@pytest.mark.parametrize("size", [15, 256, "a"])
+def test_a_filter_size_outside_16_to_255_is_refused(broker, size):
+    assert declare(broker.url, unique(), **{"x-stream-filter-size-bytes": size}) == (
+        "error", 406, "PRECONDITION_FAILED - Invalid value for  x-stream-filter-size-bytes")
+
+
+# ---- filtering (3.13) -------------------------------------------------------------
+
+def publish_regions(url: str, name: str) -> None:
+    """Offsets 0..5: emea, amer, (none), emea, apac, (none)."""
+    conn = connect(url)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for i, region in enumerate(["emea", "amer", None, "emea", "apac", None]):
+        headers = {"i": i, **({"x-stream-filter-value": region} if region else {})}
+        channel.basic_publish("", name, b"m%d" % i, pika.BasicProperties(headers=headers))
+    conn.close()
+
+
+@pytest.mark.parametrize("arguments, expected", [
+    ({"x-stream-filter": "emea"}, [0, 3]),
+    ({"x-stream-filter": ["emea", "apac"]}, [0, 3, 4]),
+    ({"x-stream-filter": "emea", "x-stream-match-unfiltered": True}, [0, 2, 3, 5]),
+    ({"x-stream-filter": "nowhere"}, []),
+    ({"x-stream-match-unfiltered": True}, [0, 1, 2, 3, 4, 5]),  # alone it counts for nothing
+])
+def test_a_filter_delivers_the_messages_with_its_values(broker, arguments, expected):
     name = unique()
-    declare(broker.url, name)
-    assert consume_refusal(broker.url, name, {"prefetch_count": 10},
-                           arguments={"x-stream-filter": "emea"}) == (
-        "error", 406, "PRECONDITION_FAILED - Filtering is not supported")
+    declare(broker.url, name, **{"x-stream-filter-size-bytes": 32})
+    publish_regions(broker.url, name)
+    conn = connect(broker.url)
+    channel = conn.channel()
+    channel.basic_qos(prefetch_count=2)  # filtered-out messages take no credit
+    got = []
+    channel.basic_consume(name, lambda ch, m, p, body: (
+        got.append(p.headers["x-stream-offset"]), ch.basic_ack(m.delivery_tag)),
+        arguments={"x-stream-offset": "first", **arguments})
+    deadline = time.monotonic() + 5
+    while len(got) < len(expected) and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.process_data_events(0.3)
+    conn.close()
+    assert got == expected
 
 
 # ---- lifecycle, retention, dead letters ----------------------------------------------------

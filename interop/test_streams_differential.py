@@ -9,8 +9,8 @@ Known version differences (3.13 is the target, docs/differences.md):
   answer 406 {invalid_stream_offset_arg,...};
 - a dead letter routed into a stream: 3.10 loses it, we append it
   (test_a_dead_letter_into_a_stream_is_kept_here_and_lost_by_3_10);
-- x-stream-filter-size-bytes: 3.10 keeps it (it predates filtering), we
-  refuse it until filtering is built.
+- x-stream-filter-size-bytes: 3.10 keeps any value (it predates
+  filtering), we check 16-255 as 3.13 does.
 """
 
 from __future__ import annotations

@@ -169,13 +169,6 @@ def check_max_age(typed: Typed, _args: FieldTable) -> str | None:
     return None if max_age_ms(value) is not None else "invalid_max_age"
 
 
-def check_not_built(feature: str) -> Check:
-    """An argument of a feature not built here: refused, never ignored."""
-    def check(_typed: Typed, _args: FieldTable) -> str | None:
-        return f'"{feature} is not supported"'
-    return check
-
-
 def check_no_credit(_typed: Typed, _args: FieldTable) -> str | None:
     # RabbitMQ's credit mode is driven by basic.credit, its own extension
     # method, which AMQP 0-9-1 clients cannot send: refused, not ignored.

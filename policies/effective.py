@@ -63,6 +63,7 @@ class QueueSettings:
     # the cluster size is kept (one node holds a stream here)
     max_age: str | None
     stream_max_segment_size_bytes: int
+    stream_filter_size_bytes: int
     initial_cluster_size: int | None
     # ms a delivery may stay unacknowledged; any type (x-consumer-timeout
     # is not checked), enforced only when an integer.

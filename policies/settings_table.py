@@ -28,7 +28,12 @@ from dlx.expiry import DISABLED
 from dlx.limits import DROP_HEAD, OVERFLOW_MODES
 from dlx.redelivery import UNLIMITED
 
-from .stream_rules import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
+from .stream_rules import (
+    DEFAULT_FILTER_SIZE,
+    DEFAULT_SEGMENT_SIZE,
+    FILTER_SIZE_RANGE,
+    MAX_SEGMENT_SIZE,
+)
 
 from .checks import (
     Check,
@@ -40,7 +45,6 @@ from .checks import (
     check_expiry,
     check_initial_cluster_size,
     check_max_age,
-    check_not_built,
     check_int_at_least,
     check_max_priority,
     check_named,
@@ -220,10 +224,14 @@ SETTINGS: tuple[Setting, ...] = (
             int_within(0, MAX_SEGMENT_SIZE, "bytes"), "is not a valid segment size",
             DEFAULT_SEGMENT_SIZE, POLICY_WINS, frozenset({STREAM}), equivalence=True,
             declared=True),
-    # The bloom filter of 3.13's filtering, which is not built here: refused
-    # on a stream too (3.13.7's capabilities do not list it either).
-    Setting(None, "x-stream-filter-size-bytes", None, check_not_built("stream filtering"),
-            None, "", None, ARGUMENT_ONLY, frozenset({STREAM}), declared=True),
+    # 3.13's filtering: the size of a chunk's Bloom filter, checked when the
+    # stream is declared (broker/stream/declaring.py, 3.13.7's words; its
+    # capabilities do not list the argument, so nothing checks it before).
+    # Filtering here is exact, per message: the size changes nothing.
+    Setting("stream_filter_size_bytes", "x-stream-filter-size-bytes",
+            "stream-filter-size-bytes", None, int_within(*FILTER_SIZE_RANGE, "bytes"),
+            "is not a valid filter size. Valid range is 16-255", DEFAULT_FILTER_SIZE,
+            POLICY_WINS, frozenset({STREAM}), declared=True),
     # Taken and kept: one node holds the only copy of a stream's log.
     Setting("initial_cluster_size", "x-initial-cluster-size", "initial-cluster-size",
             check_initial_cluster_size, int_at_least(0), "is not a valid cluster size", None,

@@ -13,7 +13,7 @@ No I/O and no clock: the caller passes `now` (wall-clock ms).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from amqp_server.wire.table import FieldTable
@@ -27,6 +27,9 @@ _MAX_AGE = re.compile(r"([0-9]+)(Y|M|D|h|m|s)")
 # rabbit.hrl's MAX_STREAM_MAX_SEGMENT_SIZE, and osiris's default segment size.
 MAX_SEGMENT_SIZE = 3_000_000_000
 DEFAULT_SEGMENT_SIZE = 500_000_000
+# The Bloom filter size range and default of 3.13's filtering.
+FILTER_SIZE_RANGE = (16, 255)
+DEFAULT_FILTER_SIZE = 16
 
 
 def max_age_ms(text: object) -> int | None:
@@ -107,6 +110,55 @@ def start_offset(spec: OffsetSpec, first: int, next_offset: int) -> int | None:
     if spec.kind == "offset":
         return min(max(spec.value, first), next_offset)
     return None
+
+
+# ---- filtering (3.13) -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """What a consumer's `x-stream-filter` and `x-stream-match-unfiltered`
+    ask for."""
+    values: frozenset[str]
+    match_unfiltered: bool = False
+
+    def passes(self, value: str | None) -> bool:
+        """Whether a message published with `x-stream-filter-value` `value`
+        (None: without one) goes to the consumer.  RabbitMQ decides per
+        chunk with a Bloom filter and may send more, which its clients
+        filter out again; here the decision is exact, per message, so the
+        consumer gets what that client-side filter would keep."""
+        if value is None:
+            return self.match_unfiltered
+        return value in self.values
+
+
+def filter_spec(arguments: Mapping[str, object] | None) -> FilterSpec | None:
+    """rabbit_stream_queue:filter_spec/1: `x-stream-filter` is a string or
+    an array (its strings are taken, other elements skipped);
+    `x-stream-match-unfiltered` counts only with it, and only a boolean."""
+    if not arguments:
+        return None
+    found = arguments.get("x-stream-filter")
+    if found is None:
+        return None
+    kinds = getattr(arguments, "types", {}) or {}
+    if isinstance(found, (bytes, bytearray, str)):
+        values = [_text(found)]
+    elif isinstance(found, (list, tuple)):
+        element_types = getattr(found, "types", None) or []
+        values = [_text(item) for index, item in enumerate(found)
+                  if isinstance(item, (bytes, bytearray, str))
+                  and (index >= len(element_types) or element_types[index] == "longstr")]
+    else:
+        return None
+    match = arguments.get("x-stream-match-unfiltered")
+    unfiltered = match is True and kinds.get("x-stream-match-unfiltered", "bool") == "bool"
+    return FilterSpec(frozenset(values), unfiltered)
+
+
+def _text(value: object) -> str:
+    return bytes(value).decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) \
+        else str(value)
 
 
 # ---- retention ---------------------------------------------------------------------

@@ -45,7 +45,8 @@ def test_every_row_is_complete(row):
     if row.check is None and row.argument is not None:
         # taken unchecked: an argument of a type not built here, or one
         # RabbitMQ itself does not check (x-consumer-timeout, the locators)
-        assert row.field is None or row.argument == "x-consumer-timeout"
+        assert row.field is None or row.argument in ("x-consumer-timeout",
+                                                     "x-stream-filter-size-bytes")
     if row.field is not None:
         assert row.target == "queue"
     if row.policy_may_win:
@@ -135,7 +136,8 @@ OLD_SETTINGS = (  # (key, argument, merge, policy_error, target, unsupported_by,
 )
 # The policy keys RabbitMQ 3.13 has that the old list refused.
 NEW_KEYS = {"queue-mode", "queue-version", "max-in-memory-length", "max-in-memory-bytes",
-            "max-age", "stream-max-segment-size-bytes", "initial-cluster-size"}
+            "max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
+            "stream-filter-size-bytes"}
 # rabbit_stream_queue:capabilities() unsupported_policies that are keys here.
 STREAM_SKIPS = {"expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key",
                 "max-length", "max-in-memory-length", "max-in-memory-bytes", "overflow",

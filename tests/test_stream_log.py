@@ -121,3 +121,16 @@ def test_a_deleted_stream_leaves_no_files(tmp_path):
     # A stream declared again under the name starts empty.
     again, _ = store.open_stream("/", "s", 1 << 20)
     assert again.next_offset == 0
+
+
+def test_a_filtered_reader_passes_over_the_others_a_bounded_number_at_a_time(tmp_path):
+    from amqp_server.storage.stream_log import SCAN_LIMIT
+    store, stream = open_log(tmp_path)
+    for i in range(SCAN_LIMIT + 10):
+        stream.append(ROUTE, b"header", b"m%d" % i, 1000.0, "a" if i % 2 else None)
+    stream.append(ROUTE, b"header", b"last", 1000.0, "b")
+    store.flush_now()
+    reader = stream.reader(0, wanted=lambda value: value == "b")
+    assert reader.read(10) == [] and reader.more
+    got = reader.read(10)
+    assert [item.body for item in got] == [b"last"] and not reader.more

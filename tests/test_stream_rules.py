@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from amqp_server.wire.table import FieldArray, FieldTable
 from policies.stream_rules import (
     FIRST,
+    FilterSpec,
+    filter_spec,
     LAST,
     NEXT,
     OffsetSpec,
@@ -97,3 +100,31 @@ def test_retention_by_age_reads_a_segments_newest_message():
 def test_age_and_size_together_remove_what_either_would():
     segments = [seg(100, NOW - 3 * HOUR), seg(100, NOW), seg(100, NOW), seg(1, NOW)]
     assert segments_to_remove(segments, 150, HOUR, NOW) == 2
+
+
+def table(**values) -> FieldTable:
+    found = FieldTable({key.replace("_", "-"): value for key, value in values.items()})
+    return found
+
+
+def test_a_filter_is_a_string_or_the_strings_of_an_array():
+    assert filter_spec(table(x_stream_filter=b"emea")) == FilterSpec(frozenset({"emea"}))
+    array = FieldArray([b"emea", 5, b"apac"])
+    array.types = ["longstr", "signedint", "longstr"]
+    assert filter_spec(table(x_stream_filter=array)) == FilterSpec(frozenset({"emea", "apac"}))
+    assert filter_spec(table(x_stream_match_unfiltered=True)) is None
+    assert filter_spec(None) is None
+
+
+def test_match_unfiltered_counts_with_a_filter_and_as_a_boolean():
+    assert filter_spec(table(x_stream_filter=b"a", x_stream_match_unfiltered=True)) \
+        == FilterSpec(frozenset({"a"}), True)
+    assert filter_spec(table(x_stream_filter=b"a", x_stream_match_unfiltered=1)) \
+        == FilterSpec(frozenset({"a"}), False)
+
+
+def test_a_filter_passes_its_values_and_unfiltered_messages_when_asked():
+    spec = FilterSpec(frozenset({"emea"}), match_unfiltered=False)
+    assert [spec.passes(v) for v in ("emea", "amer", None)] == [True, False, False]
+    spec = FilterSpec(frozenset({"emea"}), match_unfiltered=True)
+    assert [spec.passes(v) for v in ("emea", "amer", None)] == [True, False, True]

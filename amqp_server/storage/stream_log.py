@@ -9,9 +9,11 @@ persistent message is (its `stored_gen` is the store's generation), one
 fsync per file covers every append of a flush, and a flush that fails
 confirms nothing.  Records use the store's framing (records.py):
 
-  ["S", offset, timestamp ms, route, header, body]
+  ["S", offset, timestamp ms, route, header, body(, filter value)]
 
-`route` is the exchange and routing key as basic.deliver carries them.
+`route` is the exchange and routing key as basic.deliver carries them; the
+filter value is the message's `x-stream-filter-value` header, when it has
+one (3.13's filtering).
 
 In memory the log keeps a few numbers per segment and one position every
 INDEX_EVERY messages, never anything per message: consumers read their
@@ -41,6 +43,7 @@ log = logging.getLogger("amqp_server.storage")
 
 SUFFIX = ".seg"
 INDEX_EVERY = 1024  # messages between two remembered positions of a segment
+SCAN_LIMIT = 4096   # messages a reader passes over in one read, at most
 
 
 @dataclass
@@ -145,7 +148,8 @@ class StreamLog:
 
     # ---- appending ------------------------------------------------------------------
 
-    def append(self, route: bytes, header: bytes, body: bytes, now: float) -> int:
+    def append(self, route: bytes, header: bytes, body: bytes, now: float,
+               filter_value: str | None = None) -> int:
         """Buffer one message; returns its offset.  On disk with the store's
         next flush."""
         active = self.segments[-1]
@@ -154,7 +158,10 @@ class StreamLog:
             active = self.segments[-1]
         offset = self.next_offset
         self.next_offset = offset + 1
-        encoded = records.encode(["S", offset, now, route, header, body])
+        record = ["S", offset, now, route, header, body]
+        if filter_value is not None:
+            record.append(filter_value)
+        encoded = records.encode(record)
         if active.count % INDEX_EVERY == 0:
             active.marks.append((offset, active.size))
         if active.oldest is None:
@@ -296,8 +303,9 @@ class StreamLog:
                 return segment.first
         return self.next_offset
 
-    def reader(self, offset: int, not_before: float | None = None) -> Reader:
-        return Reader(self, offset, not_before)
+    def reader(self, offset: int, not_before: float | None = None,
+               wanted: Callable[[str | None], bool] | None = None) -> Reader:
+        return Reader(self, offset, not_before, wanted)
 
     def _path(self, number: int) -> Path:
         return self.directory / f"{number:08d}{SUFFIX}"
@@ -307,18 +315,33 @@ class Reader:
     """One consumer's place in a log: an open segment file and a byte
     position, moving forward only."""
 
-    def __init__(self, stream: StreamLog, offset: int, not_before: float | None) -> None:
+    def __init__(self, stream: StreamLog, offset: int, not_before: float | None,
+                 wanted: Callable[[str | None], bool] | None = None) -> None:
         self.log = stream
         self.offset = offset
         self.not_before = not_before  # a timestamp spec: skip older messages
+        # A filter (3.13): which filter values the reader wants; the others
+        # are passed over without taking a credit.
+        self.wanted = wanted
+        # Set when a read stopped at SCAN_LIMIT passed-over messages: there
+        # may be more to read at once.
+        self.more = False
         self._handle = None
         self._segment: Segment | None = None
 
     def read(self, limit: int) -> list[StoredMessage]:
-        """Up to `limit` committed messages from the reader's offset on."""
+        """Up to `limit` committed messages from the reader's offset on
+        (those its filter wants); at most SCAN_LIMIT passed over in one
+        call, so a long run of others never holds up the event loop."""
         out: list[StoredMessage] = []
         stream = self.log
+        wanted = self.wanted
+        skipped = 0
+        self.more = False
         while len(out) < limit and self.offset < stream.committed:
+            if skipped >= SCAN_LIMIT:
+                self.more = True
+                break
             if self._handle is None and not self._open():
                 break
             found = _read_record(self._handle)
@@ -337,8 +360,12 @@ class Reader:
             self.offset = offset + 1
             if self.not_before is not None:
                 if record[2] < self.not_before:
+                    skipped += 1
                     continue
                 self.not_before = None
+            if wanted is not None and not wanted(record[6] if len(record) > 6 else None):
+                skipped += 1
+                continue
             out.append(StoredMessage(offset, record[2], record[3], record[4], record[5]))
         return out
 

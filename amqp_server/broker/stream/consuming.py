@@ -1,13 +1,11 @@
 """What basic.consume on a stream must carry, checked in
 rabbit_stream_queue:consume/3's order and with its wording: a prefetch
 (credit is how a stream paces a consumer), manual acknowledgements, no
-channel-wide qos; and 3.13's filtering, which is not built here."""
+channel-wide qos."""
 
 from __future__ import annotations
 
 from ...errors import not_implemented, precondition_failed, resource_name
-
-FILTER_ARGUMENTS = ("x-stream-filter", "x-stream-match-unfiltered")
 
 
 def check_stream_consume(queue, method, consumer_prefetch: int, global_prefetch: int) -> None:
@@ -18,6 +16,3 @@ def check_stream_consume(queue, method, consumer_prefetch: int, global_prefetch:
         raise not_implemented(f"automatic acknowledgement not supported by stream queues {what}")
     if global_prefetch:
         raise not_implemented(f"{what} does not support global qos")
-    if any(name in (method.arguments or {}) for name in FILTER_ARGUMENTS):
-        # rabbit_stream_queue:consume/3 when the stream cannot filter.
-        raise precondition_failed("Filtering is not supported")

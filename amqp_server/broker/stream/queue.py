@@ -24,7 +24,13 @@ import logging
 from dataclasses import replace
 
 from policies.effective import QueueSettings
-from policies.stream_rules import SegmentFacts, offset_spec, segments_to_remove, start_offset
+from policies.stream_rules import (
+    SegmentFacts,
+    filter_spec,
+    offset_spec,
+    segments_to_remove,
+    start_offset,
+)
 
 from ...errors import not_implemented, resource_name
 from ...wire.properties import decode_properties, encode_properties
@@ -37,6 +43,19 @@ log = logging.getLogger("amqp_server.stream")
 # Messages read for one consumer at a time, at most.
 READ_BATCH = 256
 OFFSET_HEADER = "x-stream-offset"
+FILTER_VALUE_HEADER = "x-stream-filter-value"
+_FILTER_VALUE = FILTER_VALUE_HEADER.encode()
+
+
+def filter_value(message: Message) -> str | None:
+    """The message's `x-stream-filter-value` (3.13), read only when the
+    name is in its content header at all (most messages: not decoded)."""
+    if _FILTER_VALUE not in message.header:
+        return None
+    value = message.headers.get(FILTER_VALUE_HEADER)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
 
 
 def _route_parts(route: bytes) -> tuple[str, str]:
@@ -133,7 +152,8 @@ class StreamQueue(Queue):
             self.stats["rejected_publishes"] += 1
             return REJECTED
         segments = len(stream.segments)
-        stream.append(message.route, message.header, message.body, self.clock())
+        stream.append(message.route, message.header, message.body, self.clock(),
+                      filter_value(message))
         # The store's next flush writes it: its confirm waits for that one.
         message.stored_gen = self._store.next_generation
         self.published += 1
@@ -154,12 +174,14 @@ class StreamQueue(Queue):
         spec = offset_spec(typed_value(consumer.arguments or FieldTable(), OFFSET_HEADER),
                            self.clock())
         assert spec is not None  # checked with the consume arguments
+        wanted = filter_spec(consumer.arguments)
+        passes = wanted.passes if wanted is not None else None
         start = start_offset(spec, stream.first_offset, stream.next_offset)
         if start is None:  # a timestamp
             self.readers[consumer] = stream.reader(stream.first_at_or_after(spec.value),
-                                                   spec.value)
+                                                   spec.value, passes)
         else:
-            self.readers[consumer] = stream.reader(start)
+            self.readers[consumer] = stream.reader(start, wanted=passes)
         self.consumers.add(consumer)
         self.had_consumers = True
         if exclusive:
@@ -187,6 +209,8 @@ class StreamQueue(Queue):
                 return
             stored = reader.read(min(room, READ_BATCH))
             if not stored:
+                if reader.more:  # passed over many: go on after other work
+                    self.timers.call_at(self.clock(), self.dispatch)
                 return
             entries = []
             for item in stored:
