@@ -44,6 +44,7 @@ log = logging.getLogger("amqp_server.storage")
 SUFFIX = ".seg"
 INDEX_EVERY = 1024  # messages between two remembered positions of a segment
 SCAN_LIMIT = 4096   # messages a reader passes over in one read, at most
+READ_CHUNK = 256 << 10  # bytes a reader reads from a segment at a time
 
 
 @dataclass
@@ -62,13 +63,23 @@ class Segment:
         return self.first + self.count
 
 
-@dataclass
 class StoredMessage:
-    offset: int
-    timestamp: float
-    route: bytes
-    header: bytes
-    body: bytes
+    """A message read back, and where the next one starts (for readers
+    that follow another's reads: Reader.move_to)."""
+
+    __slots__ = ("offset", "timestamp", "route", "header", "body", "filter_value",
+                 "segment", "end")
+
+    def __init__(self, offset: int, timestamp: float, route: bytes, header: bytes,
+                 body: bytes, filter_value: str | None, segment: int, end: int) -> None:
+        self.offset = offset
+        self.timestamp = timestamp
+        self.route = route
+        self.header = header
+        self.body = body
+        self.filter_value = filter_value
+        self.segment = segment
+        self.end = end
 
 
 class StreamLog:
@@ -312,8 +323,11 @@ class StreamLog:
 
 
 class Reader:
-    """One consumer's place in a log: an open segment file and a byte
-    position, moving forward only."""
+    """One consumer's place in a log: an open segment file read in chunks,
+    moving forward only.  Readers of one stream usually read the same
+    messages one after the other: `move_to` lets a reader jump past
+    messages its queue took from another reader's reads, to the file
+    position those reads reported."""
 
     def __init__(self, stream: StreamLog, offset: int, not_before: float | None,
                  wanted: Callable[[str | None], bool] | None = None) -> None:
@@ -328,6 +342,16 @@ class Reader:
         self.more = False
         self._handle = None
         self._segment: Segment | None = None
+        self._buffer = b""
+        self._pos = 0        # of the next record in _buffer
+        self._file_pos = 0   # where _buffer starts in the file
+        self._hint: tuple[int, int] | None = None  # (segment, position) of self.offset
+
+    def move_to(self, offset: int, segment: int, position: int) -> None:
+        """Continue at `offset`, which starts at byte `position` of segment
+        number `segment`."""
+        self.offset = offset
+        self._hint = (segment, position)
 
     def read(self, limit: int) -> list[StoredMessage]:
         """Up to `limit` committed messages from the reader's offset on
@@ -338,22 +362,23 @@ class Reader:
         wanted = self.wanted
         skipped = 0
         self.more = False
+        if self._hint is not None:
+            self._follow_hint()
         while len(out) < limit and self.offset < stream.committed:
             if skipped >= SCAN_LIMIT:
                 self.more = True
                 break
             if self._handle is None and not self._open():
                 break
-            found = _read_record(self._handle)
-            if found is None or found[0] is _DAMAGED:
+            record = self._next()
+            if record is None or record is _DAMAGED:
+                segment = self._segment
                 self._close()
-                if self._segment is not None and self.offset < self._segment.end:
+                if segment is not None and self.offset < segment.end:
                     # Cut short (retention removed it while open, or damage):
                     # go on from the next segment.
-                    self.offset = self._segment.end
-                self._segment = None
+                    self.offset = segment.end
                 continue
-            record = found[0]
             offset = record[1]
             if offset < self.offset:
                 continue
@@ -363,11 +388,66 @@ class Reader:
                     skipped += 1
                     continue
                 self.not_before = None
-            if wanted is not None and not wanted(record[6] if len(record) > 6 else None):
+            value = record[6] if len(record) > 6 else None
+            if wanted is not None and not wanted(value):
                 skipped += 1
                 continue
-            out.append(StoredMessage(offset, record[2], record[3], record[4], record[5]))
+            out.append(StoredMessage(offset, record[2], record[3], record[4], record[5], value,
+                                     self._segment.number, self._file_pos + self._pos))
         return out
+
+    def _next(self):
+        """The next record of the open segment; None at the end of what is
+        written, _DAMAGED for one that fails its checks."""
+        head, crc32, decode = records.head, zlib.crc32, records.decode_payload
+        while True:
+            buffer, pos = self._buffer, self._pos
+            if len(buffer) - pos >= records.HEAD_SIZE:
+                magic, length, crc = head(buffer, pos)
+                if magic != records.MAGIC or length > records.MAX_RECORD:
+                    return _DAMAGED
+                end = pos + records.HEAD_SIZE + length
+                if end <= len(buffer):
+                    payload = memoryview(buffer)[pos + records.HEAD_SIZE:end]
+                    if crc32(payload) != crc:
+                        return _DAMAGED
+                    try:
+                        record = decode(payload)
+                    except Exception:  # msgpack's errors: a damaged record
+                        return _DAMAGED
+                    self._pos = end
+                    return record
+            chunk = self._handle.read(READ_CHUNK)
+            if not chunk:
+                return None
+            self._file_pos += pos
+            self._buffer = buffer[pos:] + chunk
+            self._pos = 0
+
+    def _follow_hint(self) -> None:
+        number, position = self._hint
+        self._hint = None
+        segment = self._segment
+        if segment is not None and segment.number == number:
+            if self._file_pos <= position <= self._file_pos + len(self._buffer):
+                self._pos = position - self._file_pos
+                return
+            self._seek(position)
+            return
+        for segment in self.log.segments:
+            if segment.number == number:
+                self._close()
+                try:
+                    self._handle = open(self.log._path(number), "rb")
+                except FileNotFoundError:
+                    return  # gone: read() finds the first segment there is
+                self._segment = segment
+                self._seek(position)
+                return
+
+    def _seek(self, position: int) -> None:
+        self._handle.seek(position)
+        self._buffer, self._pos, self._file_pos = b"", 0, position
 
     def _open(self) -> bool:
         stream = self.log
@@ -386,8 +466,8 @@ class Reader:
                 except FileNotFoundError:
                     self.offset = segment.end
                     continue
-                handle.seek(position)
                 self._handle, self._segment = handle, segment
+                self._seek(position)
                 return True
         return False
 
@@ -395,6 +475,8 @@ class Reader:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        self._segment = None
+        self._buffer, self._pos, self._file_pos = b"", 0, 0
 
     def close(self) -> None:
         self._close()
@@ -405,7 +487,8 @@ _DAMAGED = object()
 
 def _read_record(handle):
     """(record, bytes taken) at the handle's position, None at the end of
-    what is written, (_DAMAGED, 0) for a record that fails its checks."""
+    what is written, (_DAMAGED, 0) for a record that fails its checks
+    (recovery's scan)."""
     head = handle.read(records.HEAD_SIZE)
     if len(head) < records.HEAD_SIZE:
         if head:

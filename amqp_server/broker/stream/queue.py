@@ -21,6 +21,8 @@ RabbitMQ's words: basic.get and queue.purge (540).
 from __future__ import annotations
 
 import logging
+import struct
+from collections import deque
 from dataclasses import replace
 
 from policies.effective import QueueSettings
@@ -33,7 +35,8 @@ from policies.stream_rules import (
 )
 
 from ...errors import not_implemented, resource_name
-from ...wire.properties import decode_properties, encode_properties
+from ...wire.frames import shortstr
+from ...wire.properties import decode_properties, encode_properties, locate
 from ...wire.table import FieldTable, typed_value
 from ..message import HEADER_PREFIX, Entry, Message
 from ..queue import ACCEPTED, REJECTED, Queue
@@ -42,6 +45,10 @@ log = logging.getLogger("amqp_server.stream")
 
 # Messages read for one consumer at a time, at most.
 READ_BATCH = 256
+# The messages last read, as delivered, kept so that consumers reading the
+# same part of the log read it once (bounded in count and body bytes).
+RECENT_MESSAGES = 4096
+RECENT_BYTES = 16 << 20
 OFFSET_HEADER = "x-stream-offset"
 FILTER_VALUE_HEADER = "x-stream-filter-value"
 _FILTER_VALUE = FILTER_VALUE_HEADER.encode()
@@ -58,17 +65,73 @@ def filter_value(message: Message) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_ROUTES: dict[bytes, tuple[str, str]] = {}
+
+
 def _route_parts(route: bytes) -> tuple[str, str]:
-    """The exchange and routing key of an encoded basic.deliver route."""
-    length = route[0]
-    exchange = route[1:1 + length].decode("utf-8", "surrogateescape")
-    key = route[2 + length:2 + length + route[1 + length]].decode("utf-8", "surrogateescape")
-    return exchange, key
+    """The exchange and routing key of an encoded basic.deliver route
+    (a stream's messages share a few routes: decoded once each)."""
+    parts = _ROUTES.get(route)
+    if parts is None:
+        length = route[0]
+        exchange = route[1:1 + length].decode("utf-8", "surrogateescape")
+        end = 2 + length + route[1 + length]
+        parts = (exchange, route[2 + length:end].decode("utf-8", "surrogateescape"))
+        if len(_ROUTES) >= 1024:
+            _ROUTES.clear()
+        _ROUTES[route] = parts
+    return parts
+
+
+_OFFSET_PAIR = shortstr(OFFSET_HEADER) + b"l"  # a long, as RabbitMQ sets it
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_HEADERS_FLAG = 0x2000
 
 
 def with_offset(header: bytes, offset: int) -> bytes:
-    """The content header with `x-stream-offset` (a long, as RabbitMQ sets
-    it) added to its headers table; every other property kept."""
+    """The content header with `x-stream-offset` added to its headers
+    table, spliced in place (this runs once per delivery): every other
+    property kept byte for byte.  The bytes before and after the offset's
+    value depend only on the header, which messages of one publisher
+    often share: found once per header."""
+    around = _AROUND.get(header)
+    if around is None:
+        around = _around_offset(header)
+        if len(_AROUND) >= 4096:
+            _AROUND.clear()
+        _AROUND[header] = around
+    if around[1] is None:
+        return _with_offset_decoded(header, offset)
+    return around[0] + _I64.pack(offset) + around[1]
+
+
+_AROUND: dict[bytes, tuple] = {}
+
+
+def _around_offset(header: bytes) -> tuple:
+    """(bytes before the offset's value, bytes after it), or (None, None)
+    when the header must be decoded (continuation flags, or it has an
+    x-stream-offset already)."""
+    try:
+        layout = locate(header, HEADER_PREFIX)
+    except ValueError:
+        layout = None
+    if layout is None or _OFFSET_PAIR[:-1] in header:
+        return (None, None)
+    flags, h_start, h_end = layout[0], layout[1], layout[2]
+    pair_size = len(_OFFSET_PAIR) + 8
+    if flags & _HEADERS_FLAG:
+        (length,) = _U32.unpack_from(header, h_start)
+        return (b"".join((header[:h_start], _U32.pack(length + pair_size),
+                          header[h_start + 4:h_end], _OFFSET_PAIR)), header[h_end:])
+    return (b"".join((header[:HEADER_PREFIX], _U16.pack(flags | _HEADERS_FLAG),
+                      header[HEADER_PREFIX + 2:h_start], _U32.pack(pair_size), _OFFSET_PAIR)),
+            header[h_start:])
+
+
+def _with_offset_decoded(header: bytes, offset: int) -> bytes:
     props = decode_properties(header[HEADER_PREFIX:])
     headers = FieldTable(props.headers or {})
     headers.types.update(getattr(props.headers, "types", None) or {})
@@ -84,6 +147,10 @@ class StreamQueue(Queue):
         self.log = None  # the stream's log, once the broker gives it a store
         self._store = None
         self.readers: dict = {}  # consumer -> storage.stream_log.Reader
+        # offset -> (message as delivered, filter value, segment, end position)
+        self._recent: dict[int, tuple] = {}
+        self._recent_order: deque[int] = deque()  # its offsets, oldest first
+        self._recent_bytes = 0
         self.retained = 0  # messages retention removed
         super().__init__(*args, **kwargs)
 
@@ -203,27 +270,66 @@ class StreamQueue(Queue):
             self._feed(consumer, reader)
 
     def _feed(self, consumer, reader) -> None:
+        stream = self.log
+        recent = self._recent
         while consumer in self.readers:
             room = consumer.room()
             if room <= 0:
                 return
-            stored = reader.read(min(room, READ_BATCH))
-            if not stored:
-                if reader.more:  # passed over many: go on after other work
-                    self.timers.call_at(self.clock(), self.dispatch)
-                return
-            entries = []
-            for item in stored:
-                exchange, key = _route_parts(item.route)
-                message = Message(exchange, key, item.route,
-                                  with_offset(item.header, item.offset), item.body)
-                entries.append(Entry(item.offset, message))
+            want = min(room, READ_BATCH)
+            if reader.not_before is None and reader.offset in recent:
+                entries = self._from_recent(reader, want, stream.committed)
+                if not entries:
+                    continue  # all passed over by its filter: on from there
+            else:
+                stored = reader.read(want)
+                if not stored:
+                    if reader.more:  # passed over many: go on after other work
+                        self.timers.call_at(self.clock(), self.dispatch)
+                    return
+                entries = [self._remember(item) for item in stored]
             self.unacked += len(entries)
             self.delivered += len(entries)
             if len(entries) == 1:
                 consumer.take(self, entries[0])
             else:
                 consumer.take_many(self, entries)
+
+    def _remember(self, item) -> Entry:
+        """A message read from the log, as delivered (its offset header
+        added), kept for the other readers that follow."""
+        exchange, key = _route_parts(item.route)
+        message = Message(exchange, key, item.route, with_offset(item.header, item.offset),
+                          item.body)
+        recent = self._recent
+        if item.offset not in recent:
+            recent[item.offset] = (message, item.filter_value, item.segment, item.end)
+            self._recent_order.append(item.offset)
+            self._recent_bytes += len(item.body)
+            while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
+                oldest = recent.pop(self._recent_order.popleft())
+                self._recent_bytes -= len(oldest[0].body)
+        return Entry(item.offset, message)
+
+    def _from_recent(self, reader, want: int, committed: int) -> list:
+        """What another reader just read, taken without reading the file;
+        the reader moves to where those reads ended."""
+        recent = self._recent
+        passes = reader.wanted
+        offset = reader.offset
+        entries = []
+        last = None
+        while len(entries) < want and offset < committed:
+            found = recent.get(offset)
+            if found is None:
+                break
+            last = found
+            if passes is None or passes(found[1]):
+                entries.append(Entry(offset, found[0]))
+            offset += 1
+        if last is not None:
+            reader.move_to(offset, last[2], last[3])
+        return entries
 
     # ---- settling: credit back, nothing removed -----------------------------------------
 
@@ -277,5 +383,7 @@ class StreamQueue(Queue):
         for reader in self.readers.values():
             reader.close()
         self.readers.clear()
+        self._recent.clear()
+        self._recent_order.clear()
         if self.log is not None and self._store is not None:
             self._store.delete_stream(self.log)
