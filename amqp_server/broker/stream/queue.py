@@ -140,6 +140,11 @@ def _with_offset_decoded(header: bytes, offset: int) -> bytes:
     return header[:HEADER_PREFIX] + encode_properties(replace(props, headers=headers))
 
 
+def _delivered(offset: int, route: bytes, header: bytes, body: bytes) -> Message:
+    exchange, key = _route_parts(route)
+    return Message(exchange, key, route, with_offset(header, offset), body)
+
+
 class StreamQueue(Queue):
     is_stream = True
 
@@ -218,13 +223,21 @@ class StreamQueue(Queue):
             # publisher in confirm mode hears a nack, never a silent loss.
             self.stats["rejected_publishes"] += 1
             return REJECTED
-        segments = len(stream.segments)
-        stream.append(message.route, message.header, message.body, self.clock(),
-                      filter_value(message))
+        segments = stream.segments
+        count = len(segments)
+        value = filter_value(message)
+        offset = stream.append(message.route, message.header, message.body, self.clock(),
+                               value)
         # The store's next flush writes it: its confirm waits for that one.
         message.stored_gen = self._store.next_generation
         self.published += 1
-        if len(stream.segments) != segments:
+        if self.readers:
+            # Consumers at the tail take it from here once it is on disk,
+            # without reading it back.
+            active = segments[-1]
+            self._keep(offset, [None, value, active.number, active.size, message.route,
+                                message.header, message.body])
+        if len(segments) != count:
             self.retain()  # a segment filled
         return ACCEPTED
 
@@ -277,6 +290,8 @@ class StreamQueue(Queue):
             if room <= 0:
                 return
             want = min(room, READ_BATCH)
+            if reader.offset >= stream.committed:
+                return  # caught up: the next flush dispatches again
             if reader.not_before is None and reader.offset in recent:
                 entries = self._from_recent(reader, want, stream.committed)
                 if not entries:
@@ -298,22 +313,27 @@ class StreamQueue(Queue):
     def _remember(self, item) -> Entry:
         """A message read from the log, as delivered (its offset header
         added), kept for the other readers that follow."""
-        exchange, key = _route_parts(item.route)
-        message = Message(exchange, key, item.route, with_offset(item.header, item.offset),
-                          item.body)
-        recent = self._recent
-        if item.offset not in recent:
-            recent[item.offset] = (message, item.filter_value, item.segment, item.end)
-            self._recent_order.append(item.offset)
-            self._recent_bytes += len(item.body)
-            while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
-                oldest = recent.pop(self._recent_order.popleft())
-                self._recent_bytes -= len(oldest[0].body)
+        message = _delivered(item.offset, item.route, item.header, item.body)
+        if item.offset not in self._recent:
+            self._keep(item.offset, [message, item.filter_value, item.segment, item.end])
         return Entry(item.offset, message)
 
+    def _keep(self, offset: int, kept: list) -> None:
+        """`kept`: [message as delivered (None: not built yet), filter
+        value, segment, end position(, route, header, body to build it)]."""
+        recent = self._recent
+        recent[offset] = kept
+        self._recent_order.append(offset)
+        self._recent_bytes += len(kept[6] if kept[0] is None else kept[0].body)
+        while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
+            oldest = recent.pop(self._recent_order.popleft(), None)
+            if oldest is not None:
+                self._recent_bytes -= len(oldest[6] if oldest[0] is None else oldest[0].body)
+
     def _from_recent(self, reader, want: int, committed: int) -> list:
-        """What another reader just read, taken without reading the file;
-        the reader moves to where those reads ended."""
+        """What another reader just read (or a publisher just appended),
+        taken without reading the file; the reader moves to where those
+        messages end in it."""
         recent = self._recent
         passes = reader.wanted
         offset = reader.offset
@@ -325,7 +345,11 @@ class StreamQueue(Queue):
                 break
             last = found
             if passes is None or passes(found[1]):
-                entries.append(Entry(offset, found[0]))
+                message = found[0]
+                if message is None:
+                    message = found[0] = _delivered(offset, found[4], found[5], found[6])
+                    del found[4:]
+                entries.append(Entry(offset, message))
             offset += 1
         if last is not None:
             reader.move_to(offset, last[2], last[3])

@@ -1,0 +1,102 @@
+"""A stream queue (broker/stream/queue.py) without a socket: the message
+store flushed by hand, consumers that only count what they take.  Credit,
+offsets, readers sharing reads, and a consumer caught up with messages
+appended but not yet on disk."""
+
+from __future__ import annotations
+
+from amqp_server.broker.message import Message
+from amqp_server.broker.stream import StreamQueue
+from amqp_server.storage.message_store import MessageStore
+from amqp_server.wire.frames import content_header
+from amqp_server.wire.table import FieldTable
+from policies.effective import resolve
+
+HEADER = content_header(2, b"\x00\x00")
+
+
+class Taker:
+    """A consumer with `credit` deliveries of room, which it keeps."""
+
+    def __init__(self, tag: str, credit: int, offset="first") -> None:
+        self.tag = tag
+        self.credit = credit
+        self.arguments = FieldTable({"x-stream-offset": offset})
+        self.priority = 0
+        self.taken: list[int] = []
+
+    def room(self) -> int:
+        return self.credit - len(self.taken)
+
+    def take(self, queue, entry) -> None:
+        self.taken.append(entry.seq)
+
+    def take_many(self, queue, entries) -> None:
+        self.taken.extend(entry.seq for entry in entries)
+
+
+def stream(tmp_path) -> tuple[StreamQueue, MessageStore]:
+    arguments = FieldTable({"x-queue-type": "stream"})
+    queue = StreamQueue("/", "s", True, None, False, arguments, (resolve(arguments), None, None))
+    store = MessageStore(tmp_path / "messages")
+    queue.store = store
+    return queue, store
+
+
+def publish(queue, count: int) -> None:
+    for i in range(count):
+        queue.enqueue(Message.to("", "s", HEADER, b"m%d" % i))
+
+
+def test_a_consumer_caught_up_waits_for_the_flush_and_does_not_spin(tmp_path):
+    queue, store = stream(tmp_path)
+    publish(queue, 3)
+    store.flush_now()
+    taker = Taker("a", 100)
+    queue.add_consumer(taker, False)
+    assert taker.taken == [0, 1, 2]
+    publish(queue, 2)        # appended, not yet on disk
+    queue.dispatch()         # (an ack, say): nothing to deliver, and it returns
+    assert taker.taken == [0, 1, 2]
+    store.flush_now()        # on disk: delivered
+    assert taker.taken == [0, 1, 2, 3, 4]
+
+
+def test_credit_bounds_deliveries_and_settling_gives_it_back(tmp_path):
+    queue, store = stream(tmp_path)
+    publish(queue, 10)
+    store.flush_now()
+    taker = Taker("a", 4)
+    queue.add_consumer(taker, False)
+    assert taker.taken == [0, 1, 2, 3]
+    taker.credit += 4
+    queue.settle([None] * 4)
+    assert taker.taken == list(range(8))
+    assert queue.message_count == 10  # settling removes nothing
+
+
+def test_readers_each_read_everything_from_their_start(tmp_path):
+    queue, store = stream(tmp_path)
+    publish(queue, 20)
+    store.flush_now()
+    first, middle, nxt = Taker("a", 100), Taker("b", 100, 15), Taker("c", 100, "next")
+    for taker in (first, middle, nxt):
+        queue.add_consumer(taker, False)
+    publish(queue, 2)
+    store.flush_now()
+    assert first.taken == list(range(22))
+    assert middle.taken == list(range(15, 22))
+    assert nxt.taken == [20, 21]
+
+
+def test_what_one_reader_read_another_gets_without_reading_the_file(tmp_path):
+    queue, store = stream(tmp_path)
+    publish(queue, 50)
+    store.flush_now()
+    leader = Taker("a", 30)
+    queue.add_consumer(leader, False)
+    follower = Taker("b", 50)
+    queue.add_consumer(follower, False)
+    # the follower took 0..29 from the leader's reads, the rest from the file
+    assert follower.taken == list(range(50))
+    assert queue.readers[follower].offset == 50
