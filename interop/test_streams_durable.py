@@ -76,3 +76,36 @@ def test_confirmed_stream_messages_survive_kill_9(data_dir):
         assert last[0][0] == len(got) and last[0][2] == b"after"
     finally:
         broker.stop()
+
+
+def test_a_stream_survives_a_clean_restart_and_goes_on_at_the_next_offset(data_dir):
+    """A clean stop writes what is buffered; after a restart the stream
+    holds every message and its arguments, and goes on at the next offset."""
+    name = unique()
+    broker = BrokerProcess(data_dir)
+    try:
+        conn = connect(broker.url)
+        conn.channel().queue_declare(name, durable=True,
+                                     arguments={**STREAM, "x-max-age": "7D"})
+        channel = conn.channel()
+        channel.confirm_delivery()
+        for i in range(50):
+            channel.basic_publish("", name, b"m%d" % i, pika.BasicProperties(headers={"i": i}))
+        conn.close()
+    finally:
+        broker.stop()
+    broker = BrokerProcess(data_dir)
+    try:
+        conn = connect(broker.url)
+        ok = conn.channel().queue_declare(name, durable=True,
+                                          arguments={**STREAM, "x-max-age": "7D"})
+        assert ok.method.message_count == 50
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", name, b"m50", pika.BasicProperties(headers={"i": 50}))
+        conn.close()
+        got = consume(broker.url, name, "first", expect=51)
+        assert [item[0] for item in got] == list(range(51))
+        assert [item[2] for item in got] == [b"m%d" % i for i in range(51)]
+    finally:
+        broker.stop()

@@ -100,3 +100,54 @@ def test_what_one_reader_read_another_gets_without_reading_the_file(tmp_path):
     # the follower took 0..29 from the leader's reads, the rest from the file
     assert follower.taken == list(range(50))
     assert queue.readers[follower].offset == 50
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def aged_stream(tmp_path, clock, **arguments):
+    table = FieldTable({"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 300,
+                        **arguments})
+    queue = StreamQueue("/", "s", True, None, False, table, (resolve(table), None, None),
+                        clock=clock)
+    store = MessageStore(tmp_path / "messages")
+    queue.store = store
+    return queue, store
+
+
+def test_retention_by_age_removes_old_segments_when_one_fills(tmp_path):
+    clock = Clock()
+    queue, store = aged_stream(tmp_path, clock, **{"x-max-age": "1h"})
+    publish(queue, 20)
+    store.flush_now()
+    old_segments = len(queue.log.segments)
+    assert old_segments > 2 and queue.log.first_offset == 0
+    clock.now += 2 * 3_600_000
+    publish(queue, 10)  # fills a segment: retention looks
+    store.flush_now()
+    # The segments holding only old messages went, whole; the first left
+    # holds a young message too (a segment goes whole or not at all).
+    assert 0 < queue.log.first_offset < 20
+    assert queue.log.segments[0].newest >= clock.now - 3_600_000
+    taker = Taker("a", 100)
+    queue.add_consumer(taker, False)
+    assert taker.taken == list(range(queue.log.first_offset, 30))
+    assert queue.retained == queue.log.first_offset
+    assert len(list(queue.log.directory.glob("*.seg"))) == queue.log.segment_count
+
+
+def test_a_policy_lowering_max_length_bytes_applies_at_once(tmp_path):
+    clock = Clock()
+    queue, store = aged_stream(tmp_path, clock)
+    publish(queue, 40)
+    store.flush_now()
+    assert queue.log.first_offset == 0
+    table = FieldTable({"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 300})
+    queue.apply_settings(resolve(table, {"max-length-bytes": 600}))
+    store.flush_now()
+    assert queue.log.first_offset > 0 and queue.log.size <= 600 + 300
