@@ -151,3 +151,32 @@ def test_a_policy_lowering_max_length_bytes_applies_at_once(tmp_path):
     queue.apply_settings(resolve(table, {"max-length-bytes": 600}))
     store.flush_now()
     assert queue.log.first_offset > 0 and queue.log.size <= 600 + 300
+
+
+def test_a_clustered_leader_refuses_streams_it_would_not_replicate(tmp_path):
+    from amqp_server.broker.vhost import VirtualHost
+    from amqp_server.errors import AMQPError
+
+    from amqp_server.storage.definition_log import NO_JOURNAL
+
+    class Replicating(type(NO_JOURNAL)):
+        replicating = True  # as a clustered leader's definition log
+
+    vhost = VirtualHost("/")
+    vhost.journal = Replicating()
+    try:
+        vhost.declare_queue("s", None, durable=True,
+                            arguments=FieldTable({"x-queue-type": "stream"}))
+    except AMQPError as error:
+        assert (error.code, error.reply_text) == (
+            406, "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 's' in vhost '/': "
+                 '"streams are not replicated in a cluster yet"')
+    else:
+        raise AssertionError("declared")
+    # A stream from before the cluster takes no message there: a nack, not a
+    # confirm its followers could not back.
+    queue, store = stream(tmp_path)
+    store._positions = object()
+    assert not queue.plain
+    from amqp_server.broker.queue import REJECTED
+    assert queue.enqueue(Message.to("", "s", HEADER, b"x")) is REJECTED

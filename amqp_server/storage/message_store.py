@@ -285,6 +285,12 @@ class MessageStore:
         return stream, problems
 
     @property
+    def replicating(self) -> bool:
+        """A clustered leader's store: what it confirms is on the followers
+        too (streams' logs are not shipped, so they take nothing then)."""
+        return self._positions is not None
+
+    @property
     def next_generation(self) -> int:
         """The flush that will write what is appended now (a stream's
         messages wait for it to be confirmed)."""

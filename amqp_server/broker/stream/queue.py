@@ -183,7 +183,6 @@ class StreamQueue(Queue):
         """Declared, or a policy changed: retention and segment size follow."""
         self.settings = settings
         self.is_quorum = False
-        self.plain = True  # never refuses, no per-message rule
         if self.log is not None:
             self.log.segment_size = max(1, settings.stream_max_segment_size_bytes)
             self.retain()
@@ -207,6 +206,12 @@ class StreamQueue(Queue):
         return False
 
     @property
+    def plain(self) -> bool:
+        """No per-message rule: runs of publishes may come in together
+        (publishing.py), unless it must refuse them (enqueue)."""
+        return self.log is not None and not self._store.replicating
+
+    @property
     def auto_delete_due(self) -> bool:
         return False
 
@@ -218,8 +223,9 @@ class StreamQueue(Queue):
 
     def enqueue(self, message: Message) -> str:
         stream = self.log
-        if stream is None:
-            # A broker without a data directory has nowhere to keep it: a
+        if stream is None or self._store.replicating:
+            # A broker without a data directory has nowhere to keep it, a
+            # clustered leader would not ship it to its followers: a
             # publisher in confirm mode hears a nack, never a silent loss.
             self.stats["rejected_publishes"] += 1
             return REJECTED
