@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 import urllib.parse
 
+import pika
+
 from .stream_scenarios import connect, declare, publish, unique
 from .test_management import amqpctl, http
 
@@ -93,9 +95,55 @@ def test_http_get_purge_and_the_workbench_refuse_a_stream(broker):
     assert status >= 400 and "basic.get not supported by stream queues" in str(body)
     status, body = http(broker, "DELETE", f"{path}/contents")
     assert status >= 400 and "queue.purge not supported by stream queues" in str(body)
-    for method, action, payload in (("GET", "messages", None), ("POST", "redrive", {}),
-                                    ("POST", "move", {"target": "x"}),
-                                    ("POST", "delete-messages", {})):
-        status, body = http(broker, method, f"{path}/{action}", payload)
-        assert status == 400 and "does not read streams yet" in str(body), action
+    for action, payload in (("redrive", {}), ("move", {"target": "x"}),
+                            ("delete-messages", {})):
+        status, body = http(broker, "POST", f"{path}/{action}", payload)
+        assert status == 400 and "does not redrive, move or delete a stream" in str(body), \
+            action
     assert queue_info(broker, name)["messages"] == 2  # nothing taken out
+
+
+def test_the_workbench_browses_a_dead_letter_stream_by_offset_time_and_filter(broker):
+    """Read, never consumed: a page from an offset, from a moment, filtered
+    by reason, each message with its deaths; the stream keeps them all."""
+    source, target, exchange = unique("source"), unique(), unique("dlx")
+    conn = connect(broker.url)
+    channel = conn.channel()
+    channel.exchange_declare(exchange, "fanout", durable=True)
+    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_bind(target, exchange)
+    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    channel.confirm_delivery()
+    for i in range(6):
+        channel.basic_publish("", source, b"poison %d" % i,
+                              pika.BasicProperties(message_id=f"m{i}",
+                                                   expiration="0" if i % 2 else None))
+    deadline = time.monotonic() + 5
+    while channel.queue_declare(source, passive=True).method.message_count < 3 \
+            and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    for _ in range(3):
+        method, _, _ = channel.basic_get(source)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    conn.close()
+    path = f"/api/queues/%2F/{urllib.parse.quote(target, safe='')}/messages"
+    deadline = time.monotonic() + 5
+    status, page = http(broker, "GET", path)
+    while len(page["messages"]) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        status, page = http(broker, "GET", path)
+    assert status == 200 and page["type"] == "stream"
+    assert [m["seq"] for m in page["messages"]] == list(range(6))
+    assert page["next_offset"] == 6
+    reasons = sorted(m["reason"] for m in page["messages"])
+    assert reasons == ["expired"] * 3 + ["rejected"] * 3
+    assert all(m["original_queue"] == source for m in page["messages"])
+    status, later = http(broker, "GET", f"{path}?offset=4&limit=1")
+    assert [m["seq"] for m in later["messages"]] == [4] and later["next_offset"] == 5
+    status, rejected = http(broker, "GET", f"{path}?reason=rejected")
+    assert [m["reason"] for m in rejected["messages"]] == ["rejected"] * 3
+    status, future = http(broker, "GET", f"{path}?timestamp={int(time.time()) + 3600}")
+    assert future["messages"] == []
+    status, past = http(broker, "GET", f"{path}?timestamp={int(time.time()) - 3600}")
+    assert len(past["messages"]) == 6
+    assert queue_info(broker, target)["messages"] == 6  # browsing consumed nothing

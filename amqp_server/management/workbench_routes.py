@@ -3,6 +3,8 @@
     GET  /api/dead-letter-queues[/{vhost}]                queues holding dead letters
     PUT  /api/queues/{vhost}/{name}/dead-letter-mark      mark (DELETE: unmark) a queue
     GET  /api/queues/{vhost}/{name}/messages              peek, filtered, paginated
+                                                          (a stream: from an offset or
+                                                          a timestamp, stream_browse.py)
     POST /api/queues/{vhost}/{name}/redrive               -> 202 {"task": id, ...}
     POST /api/queues/{vhost}/{name}/move
     POST /api/queues/{vhost}/{name}/delete-messages
@@ -20,12 +22,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dlx.redrive import parse_filter
+from dlx.redrive import parse_filter, parse_time
 
 from ..broker.permissions import CONFIGURE
 from ..errors import NOT_FOUND, AMQPError
 from ..remote_publisher import parse_uri
-from . import workbench
+from . import stream_browse, workbench
 from .requests import (
     BROKER,
     USER_KEY,
@@ -39,10 +41,11 @@ from .requests import (
 )
 from .tasks import DEFAULT_RATE, DELETE, MOVE, REDRIVE, LocalTarget, RemoteTarget, TaskRegistry
 
-# Browsing a stream by offset and time, and redriving from it without
-# removing anything, are not built: refused, never shown as empty.
-NOT_FOR_STREAMS = ("the workbench does not read streams yet; read a stream with a consumer "
-                   "and x-stream-offset (docs/streams.md)")
+# A stream is browsed by offset and time (stream_browse.py); redriving,
+# moving and deleting from one are not built: refused, never ignored.
+NOT_FOR_STREAMS = ("the workbench does not redrive, move or delete a stream's messages yet; "
+                   "browse it by offset or timestamp, read it with a consumer and "
+                   "x-stream-offset (docs/streams.md)")
 
 
 def _not_a_stream(queue) -> None:
@@ -106,8 +109,10 @@ async def mark(request: web.Request) -> web.Response:
 
 
 async def messages(request: web.Request) -> web.Response:
-    vhost, queue = workbench_queue(request)
+    vhost, queue = readable_queue(request)
     query = dict(request.query)
+    if queue.settings.is_stream:
+        return _stream_page(vhost, queue, query)
     offset = _number(query.pop("offset", None), "offset", 0)
     limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
                     workbench.PAGE_MAX)
@@ -118,6 +123,22 @@ async def messages(request: web.Request) -> web.Response:
 
 
 # ---- actions ----------------------------------------------------------------------
+
+def _stream_page(vhost, queue, query: dict) -> web.Response:
+    """A stream read from an offset (or a moment) on, nothing consumed."""
+    offset = _number(query.pop("offset", None), "offset", 0)
+    limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
+                    workbench.PAGE_MAX)
+    shown = _number(query.pop("truncate", None), "truncate", workbench.BODY_SHOWN)
+    moment = query.pop("timestamp", None)
+    try:
+        timestamp = parse_time(moment, "timestamp") if moment not in (None, "") else None
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    wanted = _filter(query)
+    return web.json_response(stream_browse.page(vhost, queue, wanted, offset, limit, shown,
+                                                timestamp))
+
 
 def _chosen(request: web.Request, queue, body: dict):
     """The seqs an action takes, in delivery order, and the replay
