@@ -95,11 +95,9 @@ def test_http_get_purge_and_the_workbench_refuse_a_stream(broker):
     assert status >= 400 and "basic.get not supported by stream queues" in str(body)
     status, body = http(broker, "DELETE", f"{path}/contents")
     assert status >= 400 and "queue.purge not supported by stream queues" in str(body)
-    for action, payload in (("redrive", {}), ("move", {"target": "x"}),
-                            ("delete-messages", {})):
+    for action, payload in (("move", {"exchange": "x"}), ("delete-messages", {})):
         status, body = http(broker, "POST", f"{path}/{action}", payload)
-        assert status == 400 and "does not redrive, move or delete a stream" in str(body), \
-            action
+        assert status == 400 and "does not move or delete a stream" in str(body), action
     assert queue_info(broker, name)["messages"] == 2  # nothing taken out
 
 
@@ -147,3 +145,40 @@ def test_the_workbench_browses_a_dead_letter_stream_by_offset_time_and_filter(br
     status, past = http(broker, "GET", f"{path}?timestamp={int(time.time()) - 3600}")
     assert len(past["messages"]) == 6
     assert queue_info(broker, target)["messages"] == 6  # browsing consumed nothing
+
+
+def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
+    source, target, exchange = unique("source"), unique(), unique("dlx")
+    conn = connect(broker.url)
+    channel = conn.channel()
+    channel.exchange_declare(exchange, "fanout", durable=True)
+    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_bind(target, exchange)
+    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    for i in range(3):
+        channel.basic_publish("", source, b"poison %d" % i)
+        method, _, _ = channel.basic_get(source)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    path = f"/api/queues/%2F/{urllib.parse.quote(target, safe='')}"
+    deadline = time.monotonic() + 5
+    while queue_info(broker, target)["messages"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status, result = http(broker, "POST", f"{path}/redrive", {"offsets": [0, 2, 7]})
+    assert status == 200
+    assert (result["redriven"], result["already_redriven"], result["kept"], result["missing"]) \
+        == ([0, 2], [], [], [7])
+    got = []
+    for _ in range(2):
+        method, _, body = channel.basic_get(source, auto_ack=True)
+        got.append(body)
+    assert got == [b"poison 0", b"poison 2"]  # back where they died from
+    assert queue_info(broker, target)["messages"] == 3  # the stream keeps them
+    page = http(broker, "GET", f"{path}/messages")[1]
+    assert [m["redriven"] for m in page["messages"]] == [True, False, True]
+    # A second redrive of the same is a choice, not an accident.
+    status, again = http(broker, "POST", f"{path}/redrive", {"filter": {}})
+    assert (again["redriven"], again["already_redriven"]) == ([1], [0, 2])
+    status, forced = http(broker, "POST", f"{path}/redrive", {"offsets": [0], "again": True})
+    assert forced["redriven"] == [0]
+    assert channel.queue_declare(source, passive=True).method.message_count == 2
+    conn.close()

@@ -134,3 +134,14 @@ def test_a_filtered_reader_passes_over_the_others_a_bounded_number_at_a_time(tmp
     assert reader.read(10) == [] and reader.more
     got = reader.read(10)
     assert [item.body for item in got] == [b"last"] and not reader.more
+
+
+def test_redriven_marks_survive_a_restart(tmp_path):
+    store, stream = open_log(tmp_path)
+    append(stream, 5)
+    store.flush_now()
+    stream.mark_redriven([1, 3])
+    stream.mark_redriven([3, 4])
+    store.close()
+    store, stream = open_log(tmp_path)
+    assert stream.redriven == {1, 3, 4}

@@ -74,7 +74,7 @@ def stream_fields(queue) -> dict:
     last offsets, size on disk, each consumer's next offset)."""
     log = queue.log
     count = queue.message_count
-    last = log.next_offset - 1 if log is not None and count else None
+    last = log.committed - 1 if log is not None and count else None
     committed = log.committed - 1 if log is not None and log.committed else None
     return {
         "messages": count,

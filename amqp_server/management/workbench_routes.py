@@ -41,11 +41,12 @@ from .requests import (
 )
 from .tasks import DEFAULT_RATE, DELETE, MOVE, REDRIVE, LocalTarget, RemoteTarget, TaskRegistry
 
-# A stream is browsed by offset and time (stream_browse.py); redriving,
-# moving and deleting from one are not built: refused, never ignored.
-NOT_FOR_STREAMS = ("the workbench does not redrive, move or delete a stream's messages yet; "
-                   "browse it by offset or timestamp, read it with a consumer and "
-                   "x-stream-offset (docs/streams.md)")
+# A stream is browsed by offset and time and redriven by copies
+# (stream_browse.py); moving and deleting from one are not built: refused,
+# never ignored.
+NOT_FOR_STREAMS = ("the workbench does not move or delete a stream's messages; browse it, "
+                   "redrive copies of them, or read it with a consumer and x-stream-offset "
+                   "(docs/streams.md)")
 
 
 def _not_a_stream(queue) -> None:
@@ -140,6 +141,28 @@ def _stream_page(vhost, queue, query: dict) -> web.Response:
                                                 timestamp))
 
 
+async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web.Response:
+    """Copies back to their origin, at once (at most stream_browse.SCAN_MAX
+    read); the stream keeps them, marked as redriven."""
+    filter_body = body.get("filter") or {}
+    if not isinstance(filter_body, dict):
+        raise BadRequest("filter must be an object")
+    offsets = body.get("offsets")
+    if offsets is not None and (not isinstance(offsets, list) or not all(
+            isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)):
+        raise BadRequest("offsets must be a list of stream offsets")
+    if offsets is None and "filter" not in body:
+        raise BadRequest("name the messages: \"offsets\" or a \"filter\"")
+    wanted = _filter(filter_body)
+    try:
+        entries, missing = stream_browse.chosen(queue, body, wanted)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
+    result = await stream_browse.redrive(queue, target, entries, body.get("again") is True)
+    return web.json_response({**result, "missing": missing})
+
+
 def _chosen(request: web.Request, queue, body: dict):
     """The seqs an action takes, in delivery order, and the replay
     candidates not found: exactly one of `seqs`, `filter` ({} for all) or
@@ -194,8 +217,10 @@ def _started(request: web.Request, kind: str, vhost, queue, seqs, missing, rate,
 
 
 async def redrive(request: web.Request) -> web.Response:
-    vhost, queue = workbench_queue(request)
+    vhost, queue = readable_queue(request)
     body = await read_body(request)
+    if queue.settings.is_stream:
+        return await _stream_redrive(request, vhost, queue, body)
     seqs, missing = _chosen(request, queue, body)
     target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
     return _started(request, REDRIVE, vhost, queue, seqs, missing, _rate(body), target,

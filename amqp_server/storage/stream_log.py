@@ -42,6 +42,7 @@ from .files import fsync_dir
 log = logging.getLogger("amqp_server.storage")
 
 SUFFIX = ".seg"
+REDRIVEN = "redriven"
 INDEX_EVERY = 1024  # messages between two remembered positions of a segment
 SCAN_LIMIT = 4096   # messages a reader passes over in one read, at most
 READ_CHUNK = 256 << 10  # bytes a reader reads from a segment at a time
@@ -101,6 +102,9 @@ class StreamLog:
         self._writing = threading.Lock()
         self._deleting = False
         self.deleted = False
+        # Offsets the workbench redrove (copied back to their origin): kept
+        # in a file of their own, one a line, so a second redrive is a choice.
+        self.redriven: set[int] = set()
 
     # ---- opening ------------------------------------------------------------------
 
@@ -123,7 +127,21 @@ class StreamLog:
             self.next_offset = max(self.next_offset, first)
         self.committed = self.next_offset
         self._start_segment((numbers[-1] + 1) if numbers else 1)
+        marks = self.directory / REDRIVEN
+        if marks.exists():
+            self.redriven = {int(line) for line in marks.read_text().split() if line.isdigit()}
         return problems
+
+    def mark_redriven(self, offsets: list[int]) -> None:
+        """Note offsets as redriven, on disk before this returns."""
+        fresh = [offset for offset in offsets if offset not in self.redriven]
+        if not fresh:
+            return
+        with self._writing, open(self.directory / REDRIVEN, "a") as handle:
+            handle.write("".join(f"{offset}\n" for offset in fresh))
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.redriven.update(fresh)
 
     def _scan(self, number: int, problems: list[str]) -> Segment | None:
         path = self._path(number)
@@ -296,7 +314,9 @@ class StreamLog:
 
     @property
     def message_count(self) -> int:
-        return self.next_offset - self.first_offset
+        """Messages on disk: what readers can see (RabbitMQ counts the
+        committed ones too)."""
+        return max(0, self.committed - self.first_offset)
 
     @property
     def size(self) -> int:
