@@ -84,7 +84,7 @@ async def _publish_consume(url: str, count: int, consumers: int, timeout: float)
         nacked = await asyncio.wait_for(_publish(url, queue, count), timeout)
         published = time.perf_counter() - begun
         await asyncio.wait_for(asyncio.gather(*(done for _, done in readers)), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return {"failed": f"timed out after {timeout}s"}
     elapsed = time.perf_counter() - begun
     for conn, _ in readers:

@@ -44,7 +44,6 @@ def attempt(url: str, action) -> tuple:
 def declare(url: str, name: str, durable: bool = True, **arguments) -> tuple:
     def act(channel):
         channel.queue_declare(name, durable=durable, arguments={**STREAM, **arguments})
-        return None
     return attempt(url, act)
 
 
@@ -111,5 +110,4 @@ def consume_refusal(url: str, name: str, qos: dict | None, auto_ack: bool = Fals
         channel.basic_consume(name, lambda *a: None, auto_ack=auto_ack,
                               arguments=arguments or {})
         channel.connection.process_data_events(0.2)
-        return None
     return attempt(url, act)

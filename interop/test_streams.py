@@ -311,7 +311,7 @@ def test_a_filter_delivers_the_messages_with_its_values(broker, arguments, expec
 # ---- lifecycle, retention, dead letters ----------------------------------------------------
 
 def stream_dir(broker, name: str) -> Path:
-    return (Path(broker.data_dir) / "streams" / "/".encode().hex() / name.encode().hex())
+    return (Path(broker.data_dir) / "streams" / b"/".hex() / name.encode().hex())
 
 
 def test_deleting_a_stream_deletes_its_log_and_a_new_one_starts_empty(broker):

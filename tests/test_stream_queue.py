@@ -156,7 +156,6 @@ def test_a_policy_lowering_max_length_bytes_applies_at_once(tmp_path):
 def test_a_clustered_leader_refuses_streams_it_would_not_replicate(tmp_path):
     from amqp_server.broker.vhost import VirtualHost
     from amqp_server.errors import AMQPError
-
     from amqp_server.storage.definition_log import NO_JOURNAL
 
     class Replicating(type(NO_JOURNAL)):

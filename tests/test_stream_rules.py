@@ -8,13 +8,13 @@ import pytest
 from amqp_server.wire.table import FieldArray, FieldTable
 from policies.stream_rules import (
     FIRST,
-    FilterSpec,
-    filter_spec,
     LAST,
     NEXT,
+    FilterSpec,
     OffsetSpec,
     SegmentFacts,
     check_stream_offset,
+    filter_spec,
     max_age_ms,
     offset_spec,
     segments_to_remove,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dlx.redrive import Filter, facts_of
 
-from ..broker.peek import PeekedMessage
 from ..broker.message import HEADER_PREFIX, Entry, Message
+from ..broker.peek import PeekedMessage
 from ..wire.properties import decode_properties
 from .workbench import _text, message_json
 
@@ -28,6 +28,7 @@ SCAN_MAX = 10_000  # messages read for one page, at most
 
 def _peeked(item) -> PeekedMessage:
     from dlx.deaths import history_from_headers
+
     from ..broker.stream.queue import _route_parts
 
     properties = decode_properties(item.header[HEADER_PREFIX:]).as_dict()

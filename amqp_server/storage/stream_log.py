@@ -68,7 +68,7 @@ class StoredMessage:
     """A message read back, and where the next one starts (for readers
     that follow another's reads: Reader.move_to)."""
 
-    __slots__ = ("offset", "timestamp", "route", "header", "body", "filter_value",
+    __slots__ = ("offset", "timestamp", "route", "header", "body", "filter_value",  # noqa: RUF023
                  "segment", "end")
 
     def __init__(self, offset: int, timestamp: float, route: bytes, header: bytes,
@@ -472,8 +472,7 @@ class Reader:
     def _open(self) -> bool:
         stream = self.log
         first = stream.first_offset
-        if self.offset < first:
-            self.offset = first
+        self.offset = max(self.offset, first)
         for segment in stream.segments:
             if segment.first <= self.offset < segment.end:
                 position = 0

@@ -2,7 +2,9 @@
 
 Every message routed to it is appended to its log (storage/stream_log.py)
 and confirmed once on disk, like a persistent message; nothing is kept per
-message in memory.  Each consumer has its own reader, starting where its
+message in memory but the last few thousand read or appended, which
+consumers following each other (or the publishers) take without reading
+the file again.  Each consumer has its own reader, starting where its
 `x-stream-offset` says (policies/stream_rules.py), and reads every message
 from there on, whatever other consumers do.  Its prefetch is its credit:
 a delivery takes one, an ack (or a nack or reject: rabbit_stream_queue:
@@ -152,8 +154,8 @@ class StreamQueue(Queue):
         self.log = None  # the stream's log, once the broker gives it a store
         self._store = None
         self.readers: dict = {}  # consumer -> storage.stream_log.Reader
-        # offset -> (message as delivered, filter value, segment, end position)
-        self._recent: dict[int, tuple] = {}
+        # offset -> what _keep keeps: the messages last read or appended
+        self._recent: dict[int, list] = {}
         self._recent_order: deque[int] = deque()  # its offsets, oldest first
         self._recent_bytes = 0
         self.retained = 0  # messages retention removed
