@@ -179,3 +179,21 @@ def test_a_clustered_leader_refuses_streams_it_would_not_replicate(tmp_path):
     assert not queue.plain
     from amqp_server.broker.queue import REJECTED
     assert queue.enqueue(Message.to("", "s", HEADER, b"x")) is REJECTED
+
+
+def test_a_run_of_publishes_reaches_tail_consumers_and_later_readers_alike(tmp_path):
+    queue, store = stream(tmp_path)
+    tail = Taker("tail", 1000, "next")
+    queue.add_consumer(tail, False)
+    queue.enqueue_run([Message.to("", "s", HEADER, b"r%d" % i) for i in range(300)])
+    publish(queue, 5)
+    store.flush_now()
+    assert tail.taken == list(range(305))
+    # A reader that starts later reads the same from the file, and one that
+    # took the recent ones goes on in the file where they ended.
+    late = Taker("late", 1000)
+    queue.add_consumer(late, False)
+    assert late.taken == list(range(305))
+    queue.enqueue_run([Message.to("", "s", HEADER, b"more") for _ in range(3)])
+    store.flush_now()
+    assert tail.taken[-3:] == late.taken[-3:] == [305, 306, 307]
