@@ -180,5 +180,7 @@ def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
     assert (again["redriven"], again["already_redriven"]) == ([1], [0, 2])
     status, forced = http(broker, "POST", f"{path}/redrive", {"offsets": [0], "again": True})
     assert forced["redriven"] == [0]
+    status, refused = http(broker, "POST", f"{path}/redrive", {"seqs": [1]})  # the console's
+    assert status == 400 and "console does not redrive streams yet" in str(refused)
     assert channel.queue_declare(source, passive=True).method.message_count == 2
     conn.close()

@@ -151,6 +151,11 @@ async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web
     if offsets is not None and (not isinstance(offsets, list) or not all(
             isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)):
         raise BadRequest("offsets must be a list of stream offsets")
+    if "seqs" in body or "messages" in body:
+        # The console's redrive is a task over a queue's seqs; a stream's
+        # is done at once, by offsets: not mixed up.
+        raise BadRequest("a stream is redriven by \"offsets\" or a \"filter\", at once "
+                         "(no task); the console does not redrive streams yet")
     if offsets is None and "filter" not in body:
         raise BadRequest("name the messages: \"offsets\" or a \"filter\"")
     wanted = _filter(filter_body)
