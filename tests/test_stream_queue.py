@@ -197,3 +197,73 @@ def test_a_run_of_publishes_reaches_tail_consumers_and_later_readers_alike(tmp_p
     queue.enqueue_run([Message.to("", "s", HEADER, b"more") for _ in range(3)])
     store.flush_now()
     assert tail.taken[-3:] == late.taken[-3:] == [305, 306, 307]
+
+
+# ---- any interleaving: every consumer gets exactly the log from its start -----------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from policies.stream_rules import OffsetSpec, start_offset  # noqa: E402
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("publish"), st.integers(1, 40)),
+    st.tuples(st.just("run"), st.integers(1, 40)),
+    st.tuples(st.just("flush"), st.just(0)),
+    st.tuples(st.just("consume"), st.integers(0, 80)),
+    st.tuples(st.just("credit"), st.integers(0, 3)),
+    st.tuples(st.just("retain"), st.integers(200, 2000)),
+), min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_readers_get_the_log_in_order_whatever_the_interleaving(tmp_path_factory, steps):
+    """Publishes (one by one and in runs), flushes, consumers starting at
+    any offset, credit given back and retention at any moment: each
+    consumer gets consecutive offsets from where it started (or from the
+    first one retention left), bodies matching, never one not on disk."""
+    tmp_path = tmp_path_factory.mktemp("prop")
+    table = FieldTable({"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 400})
+    queue = StreamQueue("/", "s", True, None, False, table, (resolve(table), None, None))
+    store = MessageStore(tmp_path / "messages")
+    queue.store = store
+    sent = 0
+    takers: list[tuple[Taker, int]] = []
+    for kind, value in steps:
+        if kind == "publish":
+            for _ in range(value):
+                queue.enqueue(Message.to("", "s", HEADER, b"%d" % sent))
+                sent += 1
+        elif kind == "run":
+            queue.enqueue_run([Message.to("", "s", HEADER, b"%d" % (sent + i))
+                               for i in range(value)])
+            sent += value
+        elif kind == "flush":
+            store.flush_now()
+        elif kind == "consume":
+            taker = Taker(f"t{len(takers)}", 10 ** 6, value)
+            expected = start_offset(OffsetSpec("offset", value), queue.log.first_offset,
+                                    queue.log.next_offset)
+            queue.add_consumer(taker, False)
+            takers.append((taker, expected))
+        elif kind == "credit" and takers:
+            queue.dispatch()
+        elif kind == "retain":
+            queue.apply_settings(resolve(table, {"max-length-bytes": value}))
+        for taker, _ in takers:
+            assert all(offset < queue.log.committed for offset in taker.taken)
+    store.flush_now()
+    for taker, start in takers:
+        taken = taker.taken
+        if taken:
+            assert taken == list(range(taken[0], taken[0] + len(taken)))
+            assert taken[0] >= start
+            assert taken[-1] == sent - 1
+    # Every message read back has the body it was published with.
+    reader = queue.log.reader(queue.log.first_offset)
+    for item in reader.read(10 ** 6):
+        assert item.body == b"%d" % item.offset
+    reader.close()
+    store.close()
