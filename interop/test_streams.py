@@ -386,3 +386,24 @@ def test_a_policy_sets_retention_and_wins_over_the_argument(broker):
     queue = broker.broker.vhosts["/"].queues[name]
     assert (queue.settings.max_length_bytes, queue.settings.stream_max_segment_size_bytes) \
         == (3000, 1000)
+
+
+def test_unacked_deliveries_are_given_back_when_the_channel_closes(broker):
+    """Closing with deliveries unacknowledged gives the credit back and puts
+    nothing back: the stream still holds everything, nothing is unacked."""
+    name = unique()
+    declare(broker.url, name)
+    publish(broker.url, name, 5)
+    conn = connect(broker.url)
+    channel = conn.channel()
+    unacked = consume(broker.url, name, "first", prefetch=3, ack=False, channel=channel)
+    assert [item[0] for item in unacked] == [0, 1, 2]
+    again = consume(broker.url, name, "first", prefetch=10, expect=5, channel=channel)
+    assert [item[0] for item in again] == [0, 1, 2, 3, 4]
+    channel.close()
+    conn.close()
+    queue = broker.broker.vhosts["/"].queues[name]
+    deadline = time.monotonic() + 5
+    while queue.unacked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (queue.unacked, queue.message_count, queue.readers) == (0, 5, {})
