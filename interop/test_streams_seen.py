@@ -184,3 +184,22 @@ def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
     assert status == 400 and "console does not redrive streams yet" in str(refused)
     assert channel.queue_declare(source, passive=True).method.message_count == 2
     conn.close()
+
+
+def test_a_dead_letter_routed_into_a_stream_is_in_the_dead_letter_log(broker):
+    """What the audit reads: the death, with the stream as its target."""
+    from .test_dead_letter_log import read_events
+    source, target, exchange = unique("source"), unique(), unique("dlx")
+    conn = connect(broker.url)
+    channel = conn.channel()
+    channel.exchange_declare(exchange, "fanout", durable=True)
+    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_bind(target, exchange)
+    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    channel.basic_publish("", source, b"poison", pika.BasicProperties(message_id="m-9"))
+    method, _, _ = channel.basic_get(source)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    conn.close()
+    [event] = [e for e in read_events(broker, 1) if e["queue"] == source]
+    assert (event["outcome"], event["reason"], event["target_queues"], event["message_id"]) \
+        == ("dead_lettered", "rejected", [target], "m-9")
