@@ -145,3 +145,26 @@ def test_redriven_marks_survive_a_restart(tmp_path):
     store.close()
     store, stream = open_log(tmp_path)
     assert stream.redriven == {1, 3, 4}
+
+
+def test_appends_to_a_stream_count_in_the_stores_backlog(tmp_path):
+    """Publishers into a stream are held back (congestion) as publishers of
+    persistent messages are, until the writer catches up."""
+    import asyncio
+
+    async def scenario():
+        store, stream = open_log(tmp_path)
+        store.attach(asyncio.get_running_loop())
+        store.log.backlog_high, store.log.backlog_low = 2000, 500
+        seen = []
+        store.log.on_congestion = seen.append
+        append(stream, 100)  # ~2.5 KB of records
+        assert store.log.congested and seen == [True]
+        for _ in range(200):
+            if stream.committed == 100 and not store.log.congested:
+                break
+            await asyncio.sleep(0.01)
+        assert stream.committed == 100 and seen == [True, False]
+        await store.shutdown()
+
+    asyncio.run(scenario())

@@ -279,7 +279,8 @@ class MessageStore:
             self._trash_emptied = True
             shutil.rmtree(trash, ignore_errors=True)  # deleted before a crash
         directory = self.streams_directory / vhost.encode().hex() / queue.encode().hex()
-        stream = StreamLog(directory, segment_size, self.log.request_flush)
+        stream = StreamLog(directory, segment_size, self.log.request_flush,
+                           self.log.rider_appended)
         problems = stream.recover()
         self.log.riders.append(stream)
         return stream, problems

@@ -184,6 +184,16 @@ class SegmentLog:
         """A rider has something to write."""
         self._schedule()
 
+    def rider_appended(self, size: int) -> None:
+        """A rider buffered `size` bytes more: they count in the backlog
+        (congestion) as this log's own appends do."""
+        self._buffer_bytes += size
+        if (not self.congested and self._loop is not None
+                and self._buffer_bytes + self._inflight_bytes > self.backlog_high):
+            self.congested = True
+            self.on_congestion(True)
+        self._schedule()
+
     def _rides(self, generation: int) -> list:
         rides = []
         for rider in self.riders:

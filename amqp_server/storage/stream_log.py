@@ -85,10 +85,14 @@ class StoredMessage:
 
 class StreamLog:
     def __init__(self, directory: Path, segment_size: int,
-                 request_flush: Callable[[], None] = lambda: None) -> None:
+                 request_flush: Callable[[], None] = lambda: None,
+                 appended: Callable[[int], None] | None = None) -> None:
         self.directory = directory
         self.segment_size = max(1, segment_size)
         self.request_flush = request_flush
+        # Told of each append's size: the store counts it in its backlog,
+        # so publishers into a stream are held back as others are.
+        self.appended = appended or (lambda size: request_flush())
         self.segments: list[Segment] = []
         self.next_offset = 0
         self.committed = 0         # offsets below this are on disk
@@ -199,7 +203,7 @@ class StreamLog:
         active.newest = now
         active.size += len(encoded)
         self._buffer.append((active.number, encoded))
-        self.request_flush()
+        self.appended(len(encoded))
         return offset
 
     # ---- the store's flush (segments.SegmentLog's riders) ---------------------------
