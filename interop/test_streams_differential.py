@@ -42,11 +42,13 @@ REFUSED_DECLARES = [
     {"x-message-ttl": 10}, {"x-max-length": 1}, {"x-dead-letter-exchange": "x"},
     {"x-overflow": "drop-head"}, {"x-max-priority": 3}, {"x-expires": 1000},
     {"x-delivery-limit": 3}, {"x-single-active-consumer": True},
+    {"x-queue-leader-locator": "bogus"}, {"x-queue-leader-locator": 1},
 ]
 TAKEN_DECLARES = [
     {"x-max-age": "7D"}, {"x-max-age": "1Y"}, {"x-max-age": "30m"},
     {"x-initial-cluster-size": 3}, {"x-max-length-bytes": 1_000_000},
     {"x-stream-max-segment-size-bytes": 1_000_000},
+    {"x-queue-leader-locator": "balanced"}, {"x-queue-leader-locator": "client-local"},
 ]
 
 

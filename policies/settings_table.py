@@ -89,6 +89,7 @@ AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
 # The queue types built here.
 BUILT_QUEUE_TYPES = (CLASSIC, QUORUM, STREAM)
 QUEUE_MODES = ("default", "lazy")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
 @dataclass(frozen=True)
@@ -239,8 +240,11 @@ SETTINGS: tuple[Setting, ...] = (
     # -- RabbitMQ, checked by queue type only -------------------------------------------
     Setting(None, "x-queue-master-locator", None, None, None, "", None, ARGUMENT_ONLY,
             frozenset({CLASSIC}), equivalence=True),
-    Setting(None, "x-queue-leader-locator", None, None, None, "", None, ARGUMENT_ONLY,
-            frozenset({QUORUM, STREAM}), equivalence=True),
+    # rabbit_queue_location:queue_leader_locators/0, the deprecated two
+    # included; one node, so any is local.
+    Setting(None, "x-queue-leader-locator", None,
+            check_one_of(LEADER_LOCATORS, "invalid_queue_locator_arg"), None, "", None,
+            ARGUMENT_ONLY, frozenset({QUORUM, STREAM}), equivalence=True, declared=True),
     _elsewhere("x-quorum-initial-group-size", frozenset({QUORUM})),
     # 3.12+: x-consumer-timeout is taken unchecked (a value that is not an
     # integer turns the timeout off for the queue) and no queue type lists

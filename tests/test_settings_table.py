@@ -177,7 +177,7 @@ OLD_DECLARE_ORDER = (
     "x-single-active-consumer", "x-queue-type", "x-delivery-limit",
     # streams, in declare_args/0's order
     "x-max-age", "x-stream-max-segment-size-bytes", "x-stream-filter-size-bytes",
-    "x-initial-cluster-size",
+    "x-initial-cluster-size", "x-queue-leader-locator",
 )
 OLD_EQUIVALENCE_RABBITMQ = (  # broker/vhost.py, in RabbitMQ's order; then ours
     "x-expires", "x-message-ttl", "x-dead-letter-exchange",
