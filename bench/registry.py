@@ -13,6 +13,7 @@ from .persistent import persistent_confirms
 from .real_clients import aio_pika_publish_consume, pika_dead_letter
 from .realistic import dead_letter_reject, durable_declares, latency, transient_distinct
 from .scenarios import _many_connections, _run, publish_consume
+from .streams import stream_memory, stream_publish_consume
 
 # Body sizes of the varied scenario: 55, 65, ... 145 bytes, mean 100.
 VARIED_SIZES = tuple(range(55, 146, 10))
@@ -91,4 +92,17 @@ SCENARIOS = {
         run=lambda url, scale: memory_per_message(url, int(1_000_000 * scale), True),
         metric="bytes_per_message", better="lower", extra=("second_half_growth_mb",),
         what="RSS growth per queued 100-byte persistent message, 1M queued"),
+    "stream-1": dict(
+        run=lambda url, scale: stream_publish_consume(url, int(100_000 * scale), 1),
+        metric="deliveries_per_s", extra=(),
+        what="100 B messages published with confirms (2,000 in flight) into a stream, one "
+             "consumer from offset first, prefetch 1000, a multiple ack every 250"),
+    "stream-5": dict(
+        run=lambda url, scale: stream_publish_consume(url, int(100_000 * scale), 5),
+        metric="deliveries_per_s",
+        what="the same with five consumers, each reading every message"),
+    "memory-stream": dict(
+        run=lambda url, scale: stream_memory(url, int(1_000_000 * scale)),
+        metric="bytes_per_message", better="lower", extra=("second_half_growth_mb",),
+        what="RSS growth per 100-byte message held in a stream, 1M published with confirms"),
 }

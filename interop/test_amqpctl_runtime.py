@@ -193,12 +193,17 @@ def test_an_unknown_column_is_refused_naming_it_and_the_valid_ones(broker, clien
 
 def test_queue_columns_are_all_filled(broker, capsys):
     broker.declare_queue("rt.cols")
+    broker.declare_queue("rt.stream", durable=True, arguments={"x-queue-type": "stream"})
     code, _, err = run(broker, capsys, "list_queues", "bogus")
     valid = err.split("valid columns: ", 1)[1].strip().split(", ")
     code, lines, _ = run(broker, capsys, "--formatter", "json", "list_queues", *valid)
-    [row] = json.loads("\n".join(lines))
-    assert list(row) == valid
-    assert http(broker, "GET", "/api/queues/%2F/rt.cols")[1].keys() >= set(valid)
+    rows = json.loads("\n".join(lines))
+    assert [list(row) for row in rows] == [valid, valid]
+    # A stream's own columns are a stream's only.
+    from policies.ctl.objects import STREAM_COLUMNS
+    assert http(broker, "GET", "/api/queues/%2F/rt.cols")[1].keys() \
+        >= set(valid) - set(STREAM_COLUMNS)
+    assert http(broker, "GET", "/api/queues/%2F/rt.stream")[1].keys() >= set(valid)
 
 
 def test_an_unknown_vhost_is_named(broker, capsys):

@@ -22,6 +22,8 @@ from typing import Any
 from amqp_server.wire.table import FieldTable
 from dlx.expiry import expiry_error
 
+from .stream_rules import max_age_ms
+
 # A queue argument as typed_value gives it: (AMQP field type, value).
 Typed = tuple[str, Any]
 Check = Callable[[Typed, FieldTable], "str | None"]
@@ -173,6 +175,22 @@ def qpid_flag(value: object) -> bool:
     return value is True or (isinstance(value, (str, bytes)) and text_of(value).lower() == "true")
 
 
+def check_initial_cluster_size(typed: Typed, args: FieldTable) -> str | None:
+    """rabbit_amqqueue:check_initial_cluster_size_arg/2."""
+    error = check_non_neg_int(typed, args)
+    if error is None and typed[1] == 0:
+        return "{value_zero,0}"
+    return error
+
+
+def check_max_age(typed: Typed, _args: FieldTable) -> str | None:
+    """rabbit_amqqueue:check_max_age_arg/2: a string such as `7D`."""
+    kind, value = typed
+    if kind != "longstr":
+        return f"{{unacceptable_type,{kind}}}"
+    return None if max_age_ms(value) is not None else "invalid_max_age"
+
+
 def check_no_credit(_typed: Typed, _args: FieldTable) -> str | None:
     # RabbitMQ's credit mode is driven by basic.credit, its own extension
     # method, which AMQP 0-9-1 clients cannot send: refused, not ignored.
@@ -219,6 +237,19 @@ def one_of(*choices: str) -> ValueRule:
     words = ", ".join(f'"{choice}"' for choice in choices)
     return ValueRule(lambda value: isinstance(value, str) and value in choices,
                      f"one of {words}", choices)
+
+
+def int_within(low: int, high: int, unit: str = "") -> ValueRule:
+    def valid(value: object) -> bool:
+        return _is_int(value) and low <= value <= high  # type: ignore[operator]
+    of = f" of {unit}" if unit else ""
+    return ValueRule(valid, f"a whole number{of} from {low} to {high}")
+
+
+def max_age() -> ValueRule:
+    return ValueRule(lambda value: max_age_ms(value) is not None,
+                     'a duration: a whole number above 0 and a unit, Y, M, D, h, m or s '
+                     '("7D", "12h")')
 
 
 def int_one_of(*choices: int) -> ValueRule:

@@ -6,7 +6,9 @@ Per key, as settings_table.py says and RabbitMQ merges them: for the
 dead-letter keys, `overflow`, `queue-mode` and `queue-version` an argument
 beats the policy; for numeric limits the smaller value wins; an operator
 policy lowers a numeric limit, and its `overflow` or `queue-version`
-replaces the user policy's (rabbit_policies:merge_policy_value/3).  Address
+replaces the user policy's (rabbit_policies:merge_policy_value/3); a
+stream takes `max-length-bytes`, `max-age` and its segment size from its
+policy before its arguments (rabbit_stream_queue:policy_precedence/2).  Address
 settings fill in what neither the arguments nor the policy set; the Artemis
 settings take the first layer that sets them.
 """
@@ -27,10 +29,12 @@ from .settings_table import (
     AT_LEAST_ONCE,
     AT_MOST_ONCE,
     OPERATOR_REPLACES,
+    POLICY_WINS,
     SETTINGS,
     SMALLER_WINS,
     Setting,
 )
+from .stream_rules import max_age_ms
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "DEFAULTS", "QueueSettings", "resolve"]
 
@@ -55,6 +59,12 @@ class QueueSettings:
     single_active_consumer: bool
     queue_type: str
     delivery_limit: int | None
+    # streams: retention by age (`7D`, as given) and a segment's size;
+    # the cluster size is kept (one node holds a stream here)
+    max_age: str | None
+    stream_max_segment_size_bytes: int
+    stream_filter_size_bytes: int
+    initial_cluster_size: int | None
     # ms a delivery may stay unacknowledged; any type (x-consumer-timeout
     # is not checked), enforced only when an integer.
     consumer_timeout: object
@@ -102,6 +112,14 @@ class QueueSettings:
     @property
     def is_quorum(self) -> bool:
         return self.queue_type == "quorum"
+
+    @property
+    def is_stream(self) -> bool:
+        return self.queue_type == "stream"
+
+    @property
+    def max_age_ms(self) -> int | None:
+        return max_age_ms(self.max_age) if self.max_age is not None else None
 
     @property
     def at_least_once(self) -> bool:
@@ -157,16 +175,18 @@ def resolve(arguments: FieldTable | None, policy: Mapping[str, object] | None = 
     operator: Mapping[str, object] = operator_policy or {}
     address: Mapping[str, object] = address_settings or {}
     values: dict[str, Any] = {}
+    stream = _plain(args.get("x-queue-type")) == "stream"
     for field, rows in _named(args, user, operator, address):
         setting = rows[0]
+        merge = setting.stream_merge if stream and setting.stream_merge else setting.merge
         argument = _layer(rows, lambda s: args.get(s.argument) if s.argument else None)
         from_policy = _layer(rows, lambda s: user.get(s.key) if s.key else None)
         capped = _layer(rows, lambda s: operator.get(s.key) if s.key and s.operator else None)
         if setting.operator == OPERATOR_REPLACES and capped is not None:
             from_policy = capped  # rabbit_policies:merge_policy_value/3
-        if setting.merge == SMALLER_WINS:
+        if merge == SMALLER_WINS:
             value = _smaller(argument, from_policy)
-        elif policy_wins and setting.policy_may_win:
+        elif merge == POLICY_WINS or policy_wins and setting.policy_may_win:
             value = _first(from_policy, argument)
         else:
             value = _first(argument, from_policy)

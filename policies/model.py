@@ -25,6 +25,8 @@ from .plain_words import closest, did_you_mean, quoted, shown
 from .registry import BY_KEY, OPERATOR_KEYS, OPERATOR_REPLACES
 
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
+# The `apply-to` naming one queue type.
+_APPLY_TO_TYPE = {"classic": "classic_queues", "quorum": "quorum_queues", "stream": "streams"}
 _EXAMPLE = '{"max-length": 1000}'
 
 
@@ -49,7 +51,7 @@ class Policy:
     regex: re.Pattern[str] | None = field(default=None, compare=False, hash=False, repr=False)
 
     def matches_queue(self, name: str, queue_type: str) -> bool:
-        if self.apply_to not in ("all", "queues", f"{queue_type}_queues"):
+        if self.apply_to not in ("all", "queues", _APPLY_TO_TYPE.get(queue_type)):
             return False
         if any(queue_type in BY_KEY[key].skipped_by for key in self.definition):
             return False

@@ -26,6 +26,7 @@ from .settings_table import (
     STREAM,
     Setting,
 )
+from .stream_rules import check_stream_offset
 
 __all__ = [
     "ALL_QUEUE_ARGUMENTS", "ARGUMENT_ONLY", "ARGUMENT_WINS", "ARTEMIS_ARGUMENTS", "BY_ARGUMENT",
@@ -52,13 +53,14 @@ EQUIVALENCE_ARGUMENTS = tuple(s.argument for s in SETTINGS if s.equivalence and 
 # RabbitMQ's module of each queue type (in "of queue type ..." errors) and
 # the arguments its capabilities list; a known argument of another type is
 # refused.
-_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue"}
+_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
+            "stream": "rabbit_stream_queue"}
 QUEUE_TYPES: dict[str, tuple[str, frozenset[str]]] = {
     queue_type: (_MODULES[queue_type],
                  frozenset(s.argument for s in SETTINGS
                            if s.argument and queue_type in s.queue_types))
     for queue_type in BUILT_QUEUE_TYPES}
-# rabbit_stream_queue's own arguments: refused on the types built here.
+# rabbit_stream_queue's own arguments: refused on the other types.
 STREAM_ONLY_ARGUMENTS = frozenset(s.argument for s in SETTINGS
                                   if s.argument and s.queue_types == {STREAM})
 ALL_QUEUE_ARGUMENTS = frozenset(s.argument for s in SETTINGS if s.argument and s.queue_types)
@@ -123,12 +125,13 @@ def validate_queue_arguments(arguments: FieldTable) -> str:
 CONSUME_CHECKS: dict[str, Check | None] = {
     "x-priority": check_int,
     "x-cancel-on-ha-failover": check_bool,
-    "x-stream-offset": None,
+    "x-stream-offset": check_stream_offset,
     "x-credit": check_no_credit,
 }
 CONSUME_ARGUMENTS = {
     "classic": frozenset({"x-priority", "x-cancel-on-ha-failover", "x-credit"}),
     "quorum": frozenset({"x-priority", "x-credit"}),
+    "stream": frozenset({"x-stream-offset", "x-credit"}),
 }
 
 

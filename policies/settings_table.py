@@ -37,7 +37,9 @@ from .checks import (
     check_dlx_routing_key,
     check_expires,
     check_expiry,
+    check_initial_cluster_size,
     check_int_at_least,
+    check_max_age,
     check_max_priority,
     check_named,
     check_non_neg_int,
@@ -48,9 +50,17 @@ from .checks import (
     check_string,
     int_at_least,
     int_one_of,
+    int_within,
+    max_age,
     number_within,
     one_of,
     text,
+)
+from .stream_rules import (
+    DEFAULT_FILTER_SIZE,
+    DEFAULT_SEGMENT_SIZE,
+    FILTER_SIZE_RANGE,
+    MAX_SEGMENT_SIZE,
 )
 
 # How an argument and a policy value merge (the operator column says how an
@@ -62,17 +72,25 @@ FIRST_SET = "first"             # Artemis: the argument, else the policy, else a
 # rabbit_policies:merge_policy_value/3 for operator policies: the smaller
 # value, or the operator's value instead of the user policy's.
 OPERATOR_REPLACES = "operator"
+# rabbit_stream_queue:policy_precedence/2: a stream takes its settings from
+# its policy first, then from its arguments.
+POLICY_WINS = "policy"
 
 CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
 BOTH = frozenset({CLASSIC, QUORUM})
 ALL_TYPES = frozenset({CLASSIC, QUORUM, STREAM})
+# rabbit_stream_queue:capabilities() unsupported_policies: a stream skips
+# a policy holding one of these keys.
+STREAMS_SKIP = frozenset({STREAM})
+NOT_CLASSIC_NOR_STREAM = frozenset({CLASSIC, STREAM})
 RABBITMQ, ARTEMIS, QPID = "RabbitMQ", "ActiveMQ Artemis", "Qpid"
 OURS = "amqp-server"  # settings no other broker has
 
 AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
-# The queue types built here (a stream is refused at declaration).
-BUILT_QUEUE_TYPES = (CLASSIC, QUORUM)
+# The queue types built here.
+BUILT_QUEUE_TYPES = (CLASSIC, QUORUM, STREAM)
 QUEUE_MODES = ("default", "lazy")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
 @dataclass(frozen=True)
@@ -103,6 +121,8 @@ class Setting:
     # policy_precedence = "policy" in the config makes the policy win.
     policy_may_win: bool = False
     target: str = "queue"        # or "exchange": alternate-exchange
+    # How a stream merges it, when not as the other types do.
+    stream_merge: str | None = None
 
 
 def _artemis(field: str, key: str, check: Check, rule: ValueRule, policy_error: str,
@@ -122,31 +142,34 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("expires", "x-expires", "expires", check_expires,
             int_at_least(1, "milliseconds"), "is not a valid queue expiry", None,
             SMALLER_WINS, BOTH, operator=SMALLER_WINS, address=True, equivalence=True,
-            declared=True),
+            declared=True, skipped_by=STREAMS_SKIP),
     Setting("message_ttl", "x-message-ttl", "message-ttl", check_expiry,
             int_at_least(0, "milliseconds"), "is not a valid message TTL", None,
             SMALLER_WINS, BOTH, operator=SMALLER_WINS, address=True, equivalence=True,
-            declared=True),
+            declared=True, skipped_by=STREAMS_SKIP),
     Setting("dead_letter_exchange", "x-dead-letter-exchange", "dead-letter-exchange",
             check_string, text("an exchange name (a string)"),
             "is not a valid dead letter exchange name", None, ARGUMENT_WINS, BOTH,
-            address=True, equivalence=True, declared=True, policy_may_win=True),
+            address=True, equivalence=True, declared=True, policy_may_win=True,
+            skipped_by=STREAMS_SKIP),
     Setting("dead_letter_routing_key", "x-dead-letter-routing-key", "dead-letter-routing-key",
             check_dlx_routing_key, text("a routing key (a string)"),
             "is not a valid dead letter routing key", None, ARGUMENT_WINS, BOTH,
-            address=True, equivalence=True, declared=True, policy_may_win=True),
+            address=True, equivalence=True, declared=True, policy_may_win=True,
+            skipped_by=STREAMS_SKIP),
     Setting("dead_letter_strategy", "x-dead-letter-strategy", "dead-letter-strategy",
             check_one_of((AT_MOST_ONCE, AT_LEAST_ONCE), "invalid_dlx_strategy"),
             one_of(AT_MOST_ONCE, AT_LEAST_ONCE), "is not a valid dead letter strategy",
-            AT_MOST_ONCE, ARGUMENT_WINS, frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}),
+            AT_MOST_ONCE, ARGUMENT_WINS, frozenset({QUORUM}), skipped_by=NOT_CLASSIC_NOR_STREAM,
             address=True, declared=True, policy_may_win=True),
     Setting("max_length", "x-max-length", "max-length", check_non_neg_int,
             int_at_least(0, "messages"), "is not a valid maximum length", None, SMALLER_WINS,
-            BOTH, operator=SMALLER_WINS, address=True, equivalence=True, declared=True),
+            BOTH, operator=SMALLER_WINS, address=True, equivalence=True, declared=True,
+            skipped_by=STREAMS_SKIP),
     Setting("max_length_bytes", "x-max-length-bytes", "max-length-bytes", check_non_neg_int,
             int_at_least(0, "bytes"), "is not a valid maximum length in bytes", None,
             SMALLER_WINS, ALL_TYPES, operator=SMALLER_WINS, address=True, equivalence=True,
-            declared=True),
+            declared=True, stream_merge=POLICY_WINS),
     # Quorum queues' in-memory limits.  3.13's rabbit_fifo keeps no message
     # bodies in memory and ignores them; here they cap the messages a
     # quorum queue keeps in memory (broker/queue/paging.py).  The policy
@@ -154,12 +177,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_in_memory_length", "x-max-in-memory-length", "max-in-memory-length",
             check_non_neg_int, int_at_least(0, "messages"),
             "is not a valid maximum memory in bytes", None, SMALLER_WINS,
-            frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}), operator=SMALLER_WINS,
+            frozenset({QUORUM}), skipped_by=NOT_CLASSIC_NOR_STREAM, operator=SMALLER_WINS,
             declared=True),
     Setting("max_in_memory_bytes", "x-max-in-memory-bytes", "max-in-memory-bytes",
             check_non_neg_int, int_at_least(0, "bytes"),
             "is not a valid maximum memory in bytes", None, SMALLER_WINS,
-            frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}), operator=SMALLER_WINS,
+            frozenset({QUORUM}), skipped_by=NOT_CLASSIC_NOR_STREAM, operator=SMALLER_WINS,
             declared=True),
     # An argument only: RabbitMQ has no policy key for it.
     Setting("max_priority", "x-max-priority", None, check_max_priority, None, "", None,
@@ -167,14 +190,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("overflow", "x-overflow", "overflow", check_one_of(OVERFLOW_MODES, "invalid_overflow"),
             one_of(*OVERFLOW_MODES), "is not a valid overflow value", DROP_HEAD, ARGUMENT_WINS,
             BOTH, operator=OPERATOR_REPLACES, address=True, equivalence=True, declared=True,
-            policy_may_win=True),
+            policy_may_win=True, skipped_by=STREAMS_SKIP),
     # Classic queues' mode.  Since 3.12 a classic queue keeps only its head
     # in memory whatever its mode (rabbit_variable_queue:set_queue_mode/2
     # does nothing); here "lazy" caps the messages it keeps in memory
     # (broker/queue/paging.py).  Quorum queues skip a policy holding it.
     Setting("queue_mode", "x-queue-mode", "queue-mode", check_named(QUEUE_MODES, "queue mode"),
             one_of(*QUEUE_MODES), "is not a valid queue-mode value", "default", ARGUMENT_WINS,
-            frozenset({CLASSIC}), skipped_by=frozenset({QUORUM}), equivalence=True,
+            frozenset({CLASSIC}), skipped_by=frozenset({QUORUM, STREAM}), equivalence=True,
             declared=True),
     # Classic queues' storage version: checked and kept; one storage
     # format here.
@@ -190,13 +213,39 @@ SETTINGS: tuple[Setting, ...] = (
     # it could never use.
     Setting("delivery_limit", "x-delivery-limit", "delivery-limit", check_non_neg_int,
             int_at_least(0, "deliveries"), "is not a valid delivery limit", None,
-            SMALLER_WINS, frozenset({QUORUM}), skipped_by=frozenset({CLASSIC}),
+            SMALLER_WINS, frozenset({QUORUM}), skipped_by=NOT_CLASSIC_NOR_STREAM,
             operator=SMALLER_WINS, address=True, declared=True),
+    # -- streams (rabbit_stream_queue), in declare_args/0's order ------------------------
+    # A stream never dead-letters, so it skips a policy holding a
+    # classic or quorum key (capabilities' unsupported_policies, above).
+    Setting("max_age", "x-max-age", "max-age", check_max_age, max_age(),
+            "is not a valid max age", None, POLICY_WINS, frozenset({STREAM}),
+            equivalence=True, declared=True),
+    Setting("stream_max_segment_size_bytes", "x-stream-max-segment-size-bytes",
+            "stream-max-segment-size-bytes", check_non_neg_int,
+            int_within(0, MAX_SEGMENT_SIZE, "bytes"), "is not a valid segment size",
+            DEFAULT_SEGMENT_SIZE, POLICY_WINS, frozenset({STREAM}), equivalence=True,
+            declared=True),
+    # 3.13's filtering: the size of a chunk's Bloom filter, checked when the
+    # stream is declared (broker/stream/declaring.py, 3.13.7's words; its
+    # capabilities do not list the argument, so nothing checks it before).
+    # Filtering here is exact, per message: the size changes nothing.
+    Setting("stream_filter_size_bytes", "x-stream-filter-size-bytes",
+            "stream-filter-size-bytes", None, int_within(*FILTER_SIZE_RANGE, "bytes"),
+            "is not a valid filter size. Valid range is 16-255", DEFAULT_FILTER_SIZE,
+            POLICY_WINS, frozenset({STREAM}), declared=True),
+    # Taken and kept: one node holds the only copy of a stream's log.
+    Setting("initial_cluster_size", "x-initial-cluster-size", "initial-cluster-size",
+            check_initial_cluster_size, int_at_least(0), "is not a valid cluster size", None,
+            POLICY_WINS, frozenset({STREAM}), equivalence=True, declared=True),
     # -- RabbitMQ, checked by queue type only -------------------------------------------
     Setting(None, "x-queue-master-locator", None, None, None, "", None, ARGUMENT_ONLY,
             frozenset({CLASSIC}), equivalence=True),
-    Setting(None, "x-queue-leader-locator", None, None, None, "", None, ARGUMENT_ONLY,
-            frozenset({QUORUM, STREAM}), equivalence=True),
+    # rabbit_queue_location:queue_leader_locators/0, the deprecated two
+    # included; one node, so any is local.
+    Setting(None, "x-queue-leader-locator", None,
+            check_one_of(LEADER_LOCATORS, "invalid_queue_locator_arg"), None, "", None,
+            ARGUMENT_ONLY, frozenset({QUORUM, STREAM}), equivalence=True, declared=True),
     _elsewhere("x-quorum-initial-group-size", frozenset({QUORUM})),
     # 3.12+: x-consumer-timeout is taken unchecked (a value that is not an
     # integer turns the timeout off for the queue) and no queue type lists
@@ -268,12 +317,6 @@ SETTINGS: tuple[Setting, ...] = (
             check_dead_letter_retention, int_at_least(1, "milliseconds"),
             "is not a valid dead letter retention", None, SMALLER_WINS, BOTH, OURS,
             equivalence=True),
-    # -- streams' own arguments: streams are not built, but their arguments
-    # on a classic or quorum queue are refused as RabbitMQ refuses them --------------
-    _elsewhere("x-max-age", frozenset({STREAM})),
-    _elsewhere("x-stream-max-segment-size-bytes", frozenset({STREAM})),
-    _elsewhere("x-initial-cluster-size", frozenset({STREAM})),
-    _elsewhere("x-stream-filter-size-bytes", frozenset({STREAM})),
     # -- exchanges ----------------------------------------------------------------------
     Setting(None, None, "alternate-exchange", None, text("an exchange name (a string)"),
             "is not a valid alternate exchange name", None, ARGUMENT_WINS, frozenset(),

@@ -19,6 +19,7 @@ from policies.settings_table import (
     ARGUMENT_WINS,
     FIRST_SET,
     OPERATOR_REPLACES,
+    POLICY_WINS,
     SETTINGS,
     SMALLER_WINS,
 )
@@ -29,7 +30,8 @@ ROWS = {row.argument or row.key: row for row in SETTINGS}
 @pytest.mark.parametrize("row", SETTINGS, ids=lambda row: row.argument or row.key)
 def test_every_row_is_complete(row):
     assert row.argument or row.key, "a row names the setting somewhere"
-    assert row.merge in (ARGUMENT_WINS, SMALLER_WINS, ARGUMENT_ONLY, FIRST_SET)
+    assert row.merge in (ARGUMENT_WINS, SMALLER_WINS, ARGUMENT_ONLY, FIRST_SET, POLICY_WINS)
+    assert row.stream_merge in (None, POLICY_WINS)
     assert row.operator in (None, SMALLER_WINS, OPERATOR_REPLACES)
     assert row.queue_types <= ALL_TYPES and row.skipped_by <= ALL_TYPES
     if row.key is not None:
@@ -43,7 +45,8 @@ def test_every_row_is_complete(row):
     if row.check is None and row.argument is not None:
         # taken unchecked: an argument of a type not built here, or one
         # RabbitMQ itself does not check (x-consumer-timeout, the locators)
-        assert row.field is None or row.argument == "x-consumer-timeout"
+        assert row.field is None or row.argument in ("x-consumer-timeout",
+                                                     "x-stream-filter-size-bytes")
     if row.field is not None:
         assert row.target == "queue"
     if row.policy_may_win:
@@ -132,7 +135,13 @@ OLD_SETTINGS = (  # (key, argument, merge, policy_error, target, unsupported_by,
      "is not a valid auto-delete message count", "queue", set(), None),
 )
 # The policy keys RabbitMQ 3.13 has that the old list refused.
-NEW_KEYS = {"queue-mode", "queue-version", "max-in-memory-length", "max-in-memory-bytes"}
+NEW_KEYS = {"queue-mode", "queue-version", "max-in-memory-length", "max-in-memory-bytes",
+            "max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
+            "stream-filter-size-bytes"}
+# rabbit_stream_queue:capabilities() unsupported_policies that are keys here.
+STREAM_SKIPS = {"expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key",
+                "max-length", "max-in-memory-length", "max-in-memory-bytes", "overflow",
+                "queue-mode", "delivery-limit", "dead-letter-strategy"}
 # This broker's own settings since, arguments and policy keys of both queue
 # types (dead letter retention: docs/dead-letter-queues.md).
 OURS = {"x-dead-letter-retention"}
@@ -160,6 +169,9 @@ OLD_QUEUE_TYPES = {
         "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
         "x-queue-leader-locator"} | ARTEMIS | QPID | OURS),
 }
+STREAM_ARGUMENTS = {"x-max-length-bytes", "x-queue-type", "x-max-age",
+                    "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+                    "x-queue-leader-locator", "x-stream-filter-size-bytes"}
 OLD_STREAM_ONLY = {"x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
                    "x-stream-filter-size-bytes"}
 OLD_DECLARE_ORDER = (
@@ -167,13 +179,17 @@ OLD_DECLARE_ORDER = (
     "x-dead-letter-strategy", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
     "x-max-in-memory-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
     "x-single-active-consumer", "x-queue-type", "x-delivery-limit",
+    # streams, in declare_args/0's order
+    "x-max-age", "x-stream-max-segment-size-bytes", "x-stream-filter-size-bytes",
+    "x-initial-cluster-size", "x-queue-leader-locator",
 )
 OLD_EQUIVALENCE_RABBITMQ = (  # broker/vhost.py, in RabbitMQ's order; then ours
     "x-expires", "x-message-ttl", "x-dead-letter-exchange",
     "x-dead-letter-routing-key", "x-max-length", "x-max-length-bytes",
     "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
-    "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
-    "x-queue-leader-locator",
+    "x-single-active-consumer", "x-queue-type",
+    "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",  # streams
+    "x-queue-master-locator", "x-queue-leader-locator",
 )
 
 
@@ -181,10 +197,16 @@ def test_the_policy_keys_are_the_old_ones_and_3_13s():
     assert set(registry.BY_KEY) == {row[0] for row in OLD_SETTINGS} | NEW_KEYS | OUR_KEYS
     for key, argument, merge, error, target, unsupported, alias in OLD_SETTINGS:
         row = registry.BY_KEY[key]
-        assert (row.argument, row.merge, row.policy_error, row.target, set(row.skipped_by)) \
+        assert (row.argument, row.merge, row.policy_error, row.target,
+                set(row.skipped_by) - {"stream"}) \
             == (argument, merge, error, target, unsupported), key
         if alias is not None:
             assert row.field == registry.BY_KEY[alias].field
+
+
+def test_streams_skip_the_policies_rabbitmq_streams_skip():
+    assert {key for key, row in registry.BY_KEY.items() if "stream" in row.skipped_by} \
+        == STREAM_SKIPS
 
 
 def test_the_other_arguments_keep_their_checks():
@@ -194,7 +216,8 @@ def test_the_other_arguments_keep_their_checks():
 
 def test_queue_types_stream_arguments_and_declare_order_are_unchanged():
     assert {name: (module, set(arguments))
-            for name, (module, arguments) in registry.QUEUE_TYPES.items()} == OLD_QUEUE_TYPES
+            for name, (module, arguments) in registry.QUEUE_TYPES.items()} \
+        == {**OLD_QUEUE_TYPES, "stream": ("rabbit_stream_queue", STREAM_ARGUMENTS)}
     assert registry.STREAM_ONLY_ARGUMENTS == OLD_STREAM_ONLY
     assert registry.ALL_QUEUE_ARGUMENTS == (set().union(
         *(arguments for _, arguments in OLD_QUEUE_TYPES.values())) | OLD_STREAM_ONLY)

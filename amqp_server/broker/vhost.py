@@ -48,6 +48,8 @@ from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .queue import Queue
+from .stream import StreamQueue
+from .stream.declaring import check_stream_declare
 from .timers import Timers, now_ms
 
 EXCHANGE_EQUIVALENCE_ARGS = ("alternate-exchange",)
@@ -301,13 +303,16 @@ class VirtualHost:
             queue_type = validate_queue_arguments(arguments)
         except ArgumentError as error:
             raise precondition_failed(error.message(what)) from None
-        if queue_type == "quorum":
+        if queue_type in ("quorum", "stream"):
             # rabbit_queue_type_util checks, in RabbitMQ's order.
             for refused, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
                                   (not durable, "non-durable")):
                 if refused:
                     raise precondition_failed(f"invalid property '{prop}' for {what}")
-        queue = Queue(self.name, name, durable and not exclusive,
+        if queue_type == "stream":
+            check_stream_declare(arguments, what, self.journal.replicating)
+        kind = StreamQueue if queue_type == "stream" else Queue
+        queue = kind(self.name, name, durable and not exclusive,
                       owner if exclusive else None, auto_delete, arguments,
                       self._queue_settings(name, queue_type, arguments), self.timers,
                       self.clock, self.rng)
@@ -357,6 +362,8 @@ class VirtualHost:
     def delete_queue(self, queue: Queue, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         what = resource_name("queue", queue.name, self.name)
+        if queue.settings.is_stream:
+            if_unused = if_empty = False  # rabbit_stream_queue:delete/4 ignores both
         if if_unused and queue.consumers:
             raise precondition_failed(f"{what} in use")
         if if_empty and queue.message_count:

@@ -97,8 +97,16 @@ def queue_coarse_metrics(broker, vhost=None) -> list[Metric]:
          "Messages delivered to consumers but not yet acknowledged", each(lambda q: q.unacked)),
         ("queue_messages", "gauge",
          "Sum of ready and unacknowledged messages - total queue depth",
-         each(lambda q: q.message_count + q.unacked + q.delayed_count)),
+         each(_depth)),
     ]
+
+
+def _depth(queue) -> int:
+    """Ready and unacknowledged; a stream's deliveries take nothing out of
+    it, so its depth is its log's count."""
+    if queue.settings.is_stream:
+        return queue.message_count
+    return queue.message_count + queue.unacked + queue.delayed_count
 
 
 def queue_consumer_count(broker, vhost=None) -> list[Metric]:
@@ -424,6 +432,32 @@ def dead_letter_metrics(broker, vhost=None) -> list[Metric]:
     ]
 
 
+def stream_metrics(broker, vhost=None) -> list[Metric]:
+    """Per stream: its log's segments, bytes, first and committed offsets,
+    and each consumer's next offset."""
+    segments, size, first, committed, consumers = [], [], [], [], []
+    for v, queue in _queues(broker, vhost):
+        stream = getattr(queue, "log", None) if queue.settings.is_stream else None
+        if stream is None:
+            continue
+        base = {"vhost": v, "queue": queue.name}
+        segments.append((base, stream.segment_count))
+        size.append((base, stream.size))
+        first.append((base, stream.first_offset))
+        committed.append((base, stream.committed - 1))
+        consumers.extend(({**base, "consumer_tag": tag}, offset)
+                         for tag, offset in queue.consumer_offsets().items())
+    return [
+        ("stream_segments", "gauge", "Segment files of a stream's log", segments),
+        ("stream_bytes", "gauge", "Bytes of a stream's log", size),
+        ("stream_first_offset", "gauge", "Offset of a stream's oldest message", first),
+        ("stream_committed_offset", "gauge",
+         "Offset of a stream's newest message on disk (-1: none)", committed),
+        ("stream_consumer_offset", "gauge", "The next offset a stream consumer reads",
+         consumers),
+    ]
+
+
 _AGES = ("queue_oldest_message_age_seconds", "queue_oldest_dead_letter_age_seconds")
 
 
@@ -472,6 +506,8 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
                 lines += text_lines(CLUSTER_PREFIX, cluster[family])
         if "dead_letter_metrics" in wanted:
             lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker, vhost))
+        if "stream_metrics" in wanted:
+            lines += text_lines(OWN_PREFIX, stream_metrics(broker, vhost))
         lines += text_lines(PREFIX, identity(broker, view))
         return "\n".join(lines) + "\n"
     per_object = view == "per-object"
@@ -484,6 +520,8 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
                   + identity(broker, view) + alarms + global_metrics(broker))
     lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker) if per_object
                         else _dead_letters_aggregated(broker))
+    streams = stream_metrics(broker)
+    lines += text_lines(OWN_PREFIX, streams if per_object else _aggregate(streams[:2]))
     if broker.cluster is not None:
         lines += text_lines(OWN_PREFIX, broker.cluster.metric_families())
     return "\n".join(lines) + "\n"

@@ -65,6 +65,37 @@ def queue_json(queue) -> dict:
         "message_stats": {"publish": queue.published, "deliver_get": queue.delivered,
                           "ack": queue.acked},
         **dead_letter_counters(queue),
+        **(stream_fields(queue) if queue.settings.is_stream else {}),
+    }
+
+
+def stream_fields(queue) -> dict:
+    """A stream's own fields: RabbitMQ's (rabbit_stream_queue:i/2: the
+    members, `segments`, `committed_offset`; `messages` is the log's count,
+    none is taken out by a delivery) and ours under `stream` (first and
+    last offsets, size on disk, each consumer's next offset)."""
+    log = queue.log
+    count = queue.message_count
+    last = log.committed - 1 if log is not None and count else None
+    committed = log.committed - 1 if log is not None and log.committed else None
+    return {
+        "messages": count,
+        "messages_ready": count,
+        "leader": NODE,
+        "members": [NODE],
+        "online": [NODE],
+        "segments": log.segment_count if log is not None else 0,
+        "committed_offset": committed,
+        "stream": {
+            "first_offset": log.first_offset if log is not None and count else None,
+            "last_offset": last,
+            "committed_offset": committed,
+            "next_offset": log.next_offset if log is not None else 0,
+            "segments": log.segment_count if log is not None else 0,
+            "size_bytes": log.size if log is not None else 0,
+            "removed_by_retention": queue.retained,
+            "consumer_offsets": queue.consumer_offsets(),
+        },
     }
 
 

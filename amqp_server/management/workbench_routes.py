@@ -3,6 +3,8 @@
     GET  /api/dead-letter-queues[/{vhost}]                queues holding dead letters
     PUT  /api/queues/{vhost}/{name}/dead-letter-mark      mark (DELETE: unmark) a queue
     GET  /api/queues/{vhost}/{name}/messages              peek, filtered, paginated
+                                                          (a stream: from an offset or
+                                                          a timestamp, stream_browse.py)
     POST /api/queues/{vhost}/{name}/redrive               -> 202 {"task": id, ...}
     POST /api/queues/{vhost}/{name}/move
     POST /api/queues/{vhost}/{name}/delete-messages
@@ -25,12 +27,12 @@ import time
 
 from aiohttp import web
 
-from dlx.redrive import parse_filter
+from dlx.redrive import parse_filter, parse_time
 
 from ..broker.permissions import CONFIGURE
 from ..errors import NOT_FOUND, AMQPError
 from ..remote_publisher import parse_uri
-from . import archive_search, workbench
+from . import archive_search, stream_browse, workbench
 from .requests import (
     BROKER,
     USER_KEY,
@@ -43,6 +45,26 @@ from .requests import (
     readable_queue,
 )
 from .tasks import DEFAULT_RATE, DELETE, MOVE, REDRIVE, LocalTarget, RemoteTarget, TaskRegistry
+
+# A stream is browsed by offset and time and redriven by copies
+# (stream_browse.py); moving and deleting from one are not built: refused,
+# never ignored.
+NOT_FOR_STREAMS = ("the workbench does not move or delete a stream's messages; browse it, "
+                   "redrive copies of them, or read it with a consumer and x-stream-offset "
+                   "(docs/streams.md)")
+
+
+def _not_a_stream(queue) -> None:
+    if queue.settings.is_stream:
+        raise BadRequest(NOT_FOR_STREAMS)
+
+
+def workbench_queue(request: web.Request):
+    """`readable_queue`, but never a stream."""
+    vhost, queue = readable_queue(request)
+    _not_a_stream(queue)
+    return vhost, queue
+
 
 TASKS = web.AppKey("workbench_tasks", TaskRegistry)
 MARKS = web.AppKey("workbench_marks", workbench.Marks)
@@ -95,6 +117,8 @@ async def mark(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.Response:
     vhost, queue = readable_queue(request)
     query = dict(request.query)
+    if queue.settings.is_stream:
+        return _stream_page(vhost, queue, query)
     offset = _number(query.pop("offset", None), "offset", 0)
     limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
                     workbench.PAGE_MAX)
@@ -147,6 +171,49 @@ async def redrive_archived(request: web.Request) -> web.Response:
 
 
 # ---- actions ----------------------------------------------------------------------
+
+def _stream_page(vhost, queue, query: dict) -> web.Response:
+    """A stream read from an offset (or a moment) on, nothing consumed."""
+    offset = _number(query.pop("offset", None), "offset", 0)
+    limit = _number(query.pop("limit", None), "limit", workbench.PAGE_DEFAULT, 1,
+                    workbench.PAGE_MAX)
+    shown = _number(query.pop("truncate", None), "truncate", workbench.BODY_SHOWN)
+    moment = query.pop("timestamp", None)
+    try:
+        timestamp = parse_time(moment, "timestamp") if moment not in (None, "") else None
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    wanted = _filter(query)
+    return web.json_response(stream_browse.page(vhost, queue, wanted, offset, limit, shown,
+                                                timestamp))
+
+
+async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web.Response:
+    """Copies back to their origin, at once (at most stream_browse.SCAN_MAX
+    read); the stream keeps them, marked as redriven."""
+    filter_body = body.get("filter") or {}
+    if not isinstance(filter_body, dict):
+        raise BadRequest("filter must be an object")
+    offsets = body.get("offsets")
+    if offsets is not None and (not isinstance(offsets, list) or not all(
+            isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)):
+        raise BadRequest("offsets must be a list of stream offsets")
+    if "seqs" in body or "messages" in body:
+        # The console's redrive is a task over a queue's seqs; a stream's
+        # is done at once, by offsets: not mixed up.
+        raise BadRequest("a stream is redriven by \"offsets\" or a \"filter\", at once "
+                         "(no task); the console does not redrive streams yet")
+    if offsets is None and "filter" not in body:
+        raise BadRequest("name the messages: \"offsets\" or a \"filter\"")
+    wanted = _filter(filter_body)
+    try:
+        entries, missing = stream_browse.chosen(queue, body, wanted)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
+    result = await stream_browse.redrive(queue, target, entries, body.get("again") is True)
+    return web.json_response({**result, "missing": missing})
+
 
 def _chosen(request: web.Request, queue, body: dict):
     """The seqs an action takes, in delivery order, and the replay
@@ -204,6 +271,8 @@ def _started(request: web.Request, kind: str, vhost, queue, seqs, missing, rate,
 async def redrive(request: web.Request) -> web.Response:
     vhost, queue = readable_queue(request)
     body = await read_body(request)
+    if queue.settings.is_stream:
+        return await _stream_redrive(request, vhost, queue, body)
     seqs, missing = _chosen(request, queue, body)
     target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
     return _started(request, REDRIVE, vhost, queue, seqs, missing, _rate(body), target,
@@ -211,7 +280,7 @@ async def redrive(request: web.Request) -> web.Response:
 
 
 async def move(request: web.Request) -> web.Response:
-    vhost, queue = readable_queue(request)
+    vhost, queue = workbench_queue(request)
     body = await read_body(request)
     exchange = body.get("exchange")
     if not isinstance(exchange, str):
@@ -247,7 +316,7 @@ async def move(request: web.Request) -> web.Response:
 
 
 async def delete_messages(request: web.Request) -> web.Response:
-    vhost, queue = readable_queue(request)
+    vhost, queue = workbench_queue(request)
     body = await read_body(request)
     seqs, missing = _chosen(request, queue, body)
     return _started(request, DELETE, vhost, queue, seqs, missing, _rate(body), None, {})

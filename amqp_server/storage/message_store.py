@@ -20,6 +20,7 @@ its entry (`generation`), never for a fixed interval.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from dlx.redelivery import persists_count
 from . import records
 from .replication import ReplicatedPositions, Shipping
 from .segments import SegmentLog
+from .stream_log import StreamLog
 
 log = logging.getLogger("amqp_server.storage")
 
@@ -77,6 +79,10 @@ class MessageStore:
         self.max_redelivery_records = 10
         # A clustered leader's replication stream (storage/replication.py).
         self._positions: ReplicatedPositions | None = None
+        # Streams' logs (stream_log.py) live beside this store and ride on
+        # its flushes.
+        self.streams_directory = self.directory.parent / "streams"
+        self._trash_emptied = False
 
     # ---- recovery --------------------------------------------------------
 
@@ -261,7 +267,46 @@ class MessageStore:
         """`channel` has confirms waiting for a flush."""
         self._waiting.add(channel)
 
+    # ---- streams ------------------------------------------------------------
+
+    def open_stream(self, vhost: str, queue: str, segment_size: int
+                    ) -> tuple[StreamLog, list[str]]:
+        """A stream's log, read back from its directory (hex-named, so any
+        vhost or queue name is a safe file name); returns it and what could
+        not be read."""
+        trash = self.streams_directory / ".trash"
+        if not self._trash_emptied:
+            self._trash_emptied = True
+            shutil.rmtree(trash, ignore_errors=True)  # deleted before a crash
+        directory = self.streams_directory / vhost.encode().hex() / queue.encode().hex()
+        stream = StreamLog(directory, segment_size, self.log.request_flush,
+                           self.log.rider_appended)
+        problems = stream.recover()
+        self.log.riders.append(stream)
+        return stream, problems
+
+    @property
+    def replicating(self) -> bool:
+        """A clustered leader's store: what it confirms is on the followers
+        too (streams' logs are not shipped, so they take nothing then)."""
+        return self._positions is not None
+
+    @property
+    def next_generation(self) -> int:
+        """The flush that will write what is appended now (a stream's
+        messages wait for it to be confirmed)."""
+        return self.log.generation
+
+    def delete_stream(self, stream: StreamLog) -> None:
+        stream.delete(self.streams_directory / ".trash")
+
     def _synced(self, generation: int) -> None:
+        riders = self.log.riders
+        if riders:
+            for stream in riders:
+                stream.synced(generation)
+            if any(stream.deleted for stream in riders):
+                self.log.riders = [stream for stream in riders if not stream.deleted]
         waiting, self._waiting = self._waiting, set()
         for channel in waiting:
             channel.durable_progress()

@@ -65,6 +65,11 @@ class SegmentLog:
         # segments it deletes, once written and before the fsync, so the
         # followers write them while this disk syncs.
         self.on_written: Callable[[int, list, list], None] | None = None
+        # Logs of their own written by this log's flushes (a stream's,
+        # stream_log.py): `take(generation)` on the loop at the start of a
+        # flush, `write(work)` on the writer thread before the flush counts
+        # as synced.
+        self.riders: list = []
 
     # ---- reading at start ---------------------------------------------
 
@@ -136,14 +141,15 @@ class SegmentLog:
         self.before_flush()
         batch, self._buffer = self._buffer, []
         doomed = self._doomed()
-        if not batch and not doomed:
-            return
         generation = self.generation
+        rides = self._rides(generation)
+        if not batch and not doomed and not rides:
+            return
         self.generation += 1
         self._flushing = True
         self._inflight_bytes, self._buffer_bytes = self._buffer_bytes, 0
         future = self._loop.run_in_executor(self._executor, self._write, batch, doomed,
-                                            generation)
+                                            generation, rides)
         future.add_done_callback(lambda f: self._finished(f, generation))
 
     def _finished(self, future, generation: int) -> None:
@@ -170,9 +176,31 @@ class SegmentLog:
         self._buffer_bytes = 0
         generation = self.generation
         self.generation += 1
-        self._write(batch, self._doomed(), generation)
+        self._write(batch, self._doomed(), generation, self._rides(generation))
         self.synced = generation
         self.on_synced(generation)
+
+    def request_flush(self) -> None:
+        """A rider has something to write."""
+        self._schedule()
+
+    def rider_appended(self, size: int) -> None:
+        """A rider buffered `size` bytes more: they count in the backlog
+        (congestion) as this log's own appends do."""
+        self._buffer_bytes += size
+        if (not self.congested and self._loop is not None
+                and self._buffer_bytes + self._inflight_bytes > self.backlog_high):
+            self.congested = True
+            self.on_congestion(True)
+        self._schedule()
+
+    def _rides(self, generation: int) -> list:
+        rides = []
+        for rider in self.riders:
+            work = rider.take(generation)
+            if work is not None:
+                rides.append((rider, work))
+        return rides
 
     def _doomed(self) -> list[int]:
         """Front segments with nothing live, never the active one."""
@@ -188,8 +216,11 @@ class SegmentLog:
         return doomed
 
     def _write(self, batch: list[tuple[int, list]], doomed: list[int],
-               generation: int) -> None:
-        """Worker thread: append, fsync, then delete dead segments."""
+               generation: int, rides: list = ()) -> None:
+        """Worker thread: append, fsync, then delete dead segments; the
+        riders' writes too."""
+        for rider, work in rides:
+            rider.write(work)
         touched = {}
         created = False
         shipped: dict[int, list[bytes]] | None = {} if self.on_written is not None else None
@@ -242,6 +273,8 @@ class SegmentLog:
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
+        for rider in self.riders:
+            rider.close()
 
     def disk_bytes(self) -> int:
         return sum(p.stat().st_size for _, p in self.existing() if p.exists())

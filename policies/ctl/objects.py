@@ -11,6 +11,9 @@ import sys
 from .api import AddVerb, Api, queue_path, vhost_path
 from .output import EX_DATAERR, CtlError, columns, say, table
 
+# A stream's own columns (RabbitMQ's names; `stream` holds ours): empty in
+# another queue's row, as rabbitmqctl leaves a key a queue type lacks.
+STREAM_COLUMNS = ("leader", "members", "online", "segments", "committed_offset", "stream")
 # What each listing can show: the keys the management API fills in its rows.
 VALID_COLUMNS = {
     "queues": ("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type",
@@ -18,7 +21,8 @@ VALID_COLUMNS = {
                "messages_delayed", "message_bytes_ready", "messages_ram", "messages_paged_out",
                "message_bytes_paged_out", "consumers", "single_active_consumer_tag", "policy",
                "operator_policy", "effective_policy_definition", "dead_lettered",
-               "dead_letter_dropped", "expired", "rejected_publishes", "dead_letter_held"),
+               "dead_letter_dropped", "expired", "rejected_publishes", "dead_letter_held",
+               *STREAM_COLUMNS),
     "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments",
                   "policy"),
     "bindings": ("source_name", "source_kind", "destination_name", "destination_kind",

@@ -23,6 +23,7 @@ from policies.registry import ArgumentError, validate_consume_arguments
 from ...broker.direct_reply import PSEUDO_QUEUE
 from ...broker.permissions import READ
 from ...broker.queue.dispatch import SingleActive
+from ...broker.stream import check_stream_consume
 from ...broker.vhost import server_generated_name
 from ...errors import (
     access_refused,
@@ -104,6 +105,8 @@ class Consuming:
         except ArgumentError as error:
             raise precondition_failed(error.message(
                 resource_name("queue", queue.name, vhost.name))) from None
+        if queue.settings.is_stream:
+            check_stream_consume(queue, method, self.prefetch, self._deliveries.global_prefetch)
         if not tag:
             tag = server_generated_name("amq.ctag")
         consumer = Consumer(tag, self._channel, queue, method.no_ack, exclusive,

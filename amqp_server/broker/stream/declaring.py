@@ -1,0 +1,28 @@
+"""rabbit_stream_queue:declare/2's own checks, after the arguments' and the
+durability checks (vhost.py): a segment may not exceed 3 GB, a Bloom
+filter is 16 to 255 bytes; and ours: no stream on a clustered leader, whose
+followers would not get its log."""
+
+from __future__ import annotations
+
+from policies.stream_rules import FILTER_SIZE_RANGE, MAX_SEGMENT_SIZE
+
+from ...errors import precondition_failed
+from ...wire.table import FieldTable, typed_value
+
+
+def check_stream_declare(arguments: FieldTable, what: str, replicating: bool) -> None:
+    if replicating:
+        # A stream's log is not shipped to followers: a confirm from a
+        # clustered leader would promise a copy there is not.
+        raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: "
+                                  '"streams are not replicated in a cluster yet"')
+    size = typed_value(arguments, "x-stream-max-segment-size-bytes")
+    if size is not None and size[1] > MAX_SEGMENT_SIZE:
+        raise precondition_failed("Exceeded max value for x-stream-max-segment-size-bytes")
+    size = typed_value(arguments, "x-stream-filter-size-bytes")
+    if size is not None and not (isinstance(size[1], int) and not isinstance(size[1], bool)
+                                 and FILTER_SIZE_RANGE[0] <= size[1] <= FILTER_SIZE_RANGE[1]):
+        # 3.13.7's words, two spaces included (a value of any type that is
+        # not an integer in range: Erlang orders every other term above 255).
+        raise precondition_failed("Invalid value for  x-stream-filter-size-bytes")

@@ -1,0 +1,147 @@
+"""The workbench's view of a stream: a page of its messages from an offset
+or a moment, read from the log without consuming anything (a stream's
+messages stay whatever anyone reads).  A dead-letter stream shows its
+deaths and origins as a dead-letter queue does.
+
+The page's `offset` is a stream offset here (a queue's is a position among
+its ready messages); `timestamp` (seconds or ISO 8601) starts at the first
+message appended at or after it.  Filters take the messages they match
+among at most SCAN_MAX read; `next_offset` says where the next page starts.
+
+A redrive copies chosen messages back to where they first died from and
+leaves them in the stream, marked as redriven (storage/stream_log.py keeps
+the marks on disk): redriving one again takes `"again": true`, a choice,
+never an accident.
+"""
+
+from __future__ import annotations
+
+from dlx.redrive import Filter, facts_of
+
+from ..broker.message import HEADER_PREFIX, Entry, Message
+from ..broker.peek import PeekedMessage
+from ..wire.properties import decode_properties
+from .workbench import _text, message_json
+
+SCAN_MAX = 10_000  # messages read for one page, at most
+
+
+def _peeked(item) -> PeekedMessage:
+    from dlx.deaths import history_from_headers
+
+    from ..broker.stream.queue import _route_parts
+
+    properties = decode_properties(item.header[HEADER_PREFIX:]).as_dict()
+    exchange, key = _route_parts(item.route)
+    return PeekedMessage(body=bytes(item.body), exchange=exchange, routing_key=key,
+                         properties=properties, redelivered=False,
+                         deaths=history_from_headers(properties.get("headers")).deaths)
+
+
+def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
+         timestamp: int | None = None) -> dict:
+    log = queue.log
+    found: list[tuple[int, PeekedMessage]] = []
+    scanned = 0
+    next_offset = offset
+    if log is not None:
+        if timestamp is not None:
+            reader = log.reader(log.first_at_or_after(timestamp * 1000.0), timestamp * 1000.0)
+        else:
+            reader = log.reader(max(offset, log.first_offset))
+        try:
+            while len(found) < limit and scanned < SCAN_MAX:
+                items = reader.read(min(limit - len(found), SCAN_MAX - scanned) if wanted.empty
+                                    else min(256, SCAN_MAX - scanned))
+                if not items:
+                    break
+                scanned += len(items)
+                for item in items:
+                    message = _peeked(item)
+                    if wanted.empty or wanted.matches(
+                            facts_of(message.headers, _text(message.properties.get("message_id"))),
+                            message.body):
+                        found.append((item.offset, message))
+                        if len(found) == limit:
+                            reader.offset = item.offset + 1
+                            break
+            next_offset = reader.offset
+        finally:
+            reader.close()
+    return {
+        "vhost": vhost.name, "queue": queue.name, "type": "stream",
+        "messages_ready": queue.message_count,
+        "first_offset": log.first_offset if log is not None else 0,
+        "committed_offset": (log.committed - 1) if log is not None else -1,
+        "offset": offset, "limit": limit, "scanned": scanned, "matched": len(found),
+        "next_offset": next_offset,
+        "messages": [{**message_json(seq, message, vhost.exchanges, shown),
+                      "redriven": log is not None and seq in log.redriven}
+                     for seq, message in found],
+    }
+
+
+# ---- redrive: copies back to their origin, the stream keeps them -------------------
+
+def chosen(queue, body: dict, wanted: Filter) -> tuple[list, list[int]]:
+    """The entries (offset, message as first published) a redrive names:
+    `offsets`, or those the filter takes from `offset` on (at most
+    SCAN_MAX read); and the named offsets the stream does not hold."""
+    log = queue.log
+    offsets = body.get("offsets")
+    if offsets is not None:
+        wanted_offsets = sorted({int(offset) for offset in offsets})
+        start = wanted_offsets[0] if wanted_offsets else 0
+        stop = wanted_offsets[-1] + 1 if wanted_offsets else 0
+        if stop - start > SCAN_MAX:
+            raise ValueError(f"offsets must lie within {SCAN_MAX} of each other")
+    else:
+        wanted_offsets = None
+        start = int(body.get("offset", 0))
+        stop = start + SCAN_MAX
+    entries: list = []
+    found: set[int] = set()
+    reader = log.reader(max(start, log.first_offset))
+    try:
+        while reader.offset < min(stop, log.committed):
+            items = reader.read(min(256, stop - reader.offset))
+            if not items:
+                break
+            for item in items:
+                if item.offset >= stop:
+                    break
+                if wanted_offsets is not None and item.offset not in wanted_offsets:
+                    continue
+                message = _original(item)
+                if wanted_offsets is None and not wanted.empty and not wanted.matches(
+                        facts_of(message.headers, _text(message.properties.message_id)),
+                        message.body):
+                    continue
+                found.add(item.offset)
+                entries.append(Entry(item.offset, message))
+    finally:
+        reader.close()
+    missing = [offset for offset in wanted_offsets or () if offset not in found]
+    return entries, missing
+
+
+def _original(item) -> Message:
+    from ..broker.stream.queue import _route_parts
+
+    exchange, key = _route_parts(item.route)
+    return Message(exchange, key, item.route, item.header, item.body)
+
+
+async def redrive(queue, target, entries: list, again: bool) -> dict:
+    """Copy each entry back where it first died from (LocalTarget: the
+    publish path, waiting until durable copies are on disk), mark those
+    copied as redriven; an entry redriven before is skipped unless `again`."""
+    log = queue.log
+    skipped = [entry.seq for entry in entries if entry.seq in log.redriven and not again]
+    todo = [entry for entry in entries if again or entry.seq not in log.redriven]
+    outcome = await target.send(todo)
+    done = [entry.seq for entry in outcome.safe]
+    log.mark_redriven(done)
+    return {"redriven": done, "already_redriven": skipped,
+            "kept": [{"offset": entry.seq, "why": why} for entry, why in outcome.kept],
+            "duplicates": outcome.duplicates}

@@ -1,0 +1,44 @@
+"""The x-stream-offset header spliced into a delivery's content header in
+place (broker/stream/queue.py) says what decoding, adding and encoding
+would: the same properties, the offset a long, nothing else changed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from amqp_server.broker.message import HEADER_PREFIX
+from amqp_server.broker.stream.queue import _with_offset_decoded, with_offset
+from amqp_server.wire.frames import content_header
+from amqp_server.wire.properties import Properties, decode_properties, encode_properties
+from amqp_server.wire.table import FieldTable
+
+
+def header(**props) -> bytes:
+    return content_header(5, encode_properties(Properties(**props)))
+
+
+CASES = [
+    header(),
+    header(content_type="text/plain"),
+    header(content_type="a", content_encoding="gzip", delivery_mode=2, priority=3,
+           correlation_id="c", reply_to="r", expiration="100", message_id="m"),
+    header(headers=FieldTable({"i": 7})),
+    header(content_type="json", headers=FieldTable({"x-death": [], "k": b"v"}), delivery_mode=2,
+           timestamp=1_700_000_000, app_id="app"),
+    header(headers=FieldTable({"x-stream-offset": 99, "other": 1})),  # read from a stream before
+]
+
+
+@pytest.mark.parametrize("raw", CASES)
+def test_the_spliced_header_decodes_as_the_rebuilt_one(raw):
+    fast = with_offset(raw, 12345)
+    slow = _with_offset_decoded(raw, 12345)
+    decoded = decode_properties(fast[HEADER_PREFIX:])
+    assert decoded == decode_properties(slow[HEADER_PREFIX:])
+    assert decoded.headers["x-stream-offset"] == 12345
+    assert decoded.headers.type_of("x-stream-offset") == "long"
+    assert fast[:HEADER_PREFIX] == raw[:HEADER_PREFIX]  # class, weight, body size
+    before = decode_properties(raw[HEADER_PREFIX:])
+    assert replace(decoded, headers=None) == replace(before, headers=None)

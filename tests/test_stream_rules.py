@@ -1,0 +1,130 @@
+"""A stream's rules as pure functions (policies/stream_rules.py): max-age,
+the offset specs of x-stream-offset, and retention by whole segments."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_server.wire.table import FieldArray, FieldTable
+from policies.stream_rules import (
+    FIRST,
+    LAST,
+    NEXT,
+    FilterSpec,
+    OffsetSpec,
+    SegmentFacts,
+    check_stream_offset,
+    filter_spec,
+    max_age_ms,
+    offset_spec,
+    segments_to_remove,
+    start_offset,
+)
+
+NOW = 1_700_000_000_000
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize("text, ms", [
+    ("7D", 7 * 24 * HOUR), ("12h", 12 * HOUR), ("30m", 30 * 60_000), ("10s", 10_000),
+    ("1M", 30 * 24 * HOUR), ("1Y", 365 * 24 * HOUR), (b"2h", 2 * HOUR),
+])
+def test_max_age_units_are_rabbitmqs(text, ms):
+    assert max_age_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["0s", "10x", "h", "", "10", "-1h", "1.5h", "1d", 10, None])
+def test_anything_else_is_not_a_max_age(text):
+    assert max_age_ms(text) is None
+
+
+@pytest.mark.parametrize("typed, spec", [
+    (None, NEXT),
+    (("longstr", b"first"), FIRST), (("longstr", b"last"), LAST), (("longstr", "next"), NEXT),
+    (("long", 42), OffsetSpec("offset", 42)), (("signedint", -1), OffsetSpec("offset", -1)),
+    (("timestamp", 1_700_000_000), OffsetSpec("timestamp", 1_700_000_000_000)),
+    (("longstr", b"1h"), OffsetSpec("timestamp", NOW - HOUR)),
+])
+def test_offset_specs(typed, spec):
+    assert offset_spec(typed, NOW) == spec
+
+
+@pytest.mark.parametrize("typed, term", [
+    (("longstr", b"bogus"), '{invalid_stream_offset_arg,{longstr,<<"bogus">>}}'),
+    (("bool", True), "{invalid_stream_offset_arg,{bool,true}}"),
+    (("double", 1.5), "{invalid_stream_offset_arg,{double,1.5}}"),
+])
+def test_what_is_not_an_offset_spec_is_refused_with_rabbitmqs_term(typed, term):
+    assert offset_spec(typed, NOW) is None
+    assert check_stream_offset(typed, {}) == term
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (FIRST, 10), (LAST, 19), (NEXT, 20), (OffsetSpec("offset", 15), 15),
+    (OffsetSpec("offset", 3), 10), (OffsetSpec("offset", 99), 20),
+    (OffsetSpec("timestamp", NOW), None),
+])
+def test_where_a_reader_starts_in_a_log_of_offsets_10_to_19(spec, expected):
+    assert start_offset(spec, 10, 20) == expected
+
+
+def test_last_in_an_empty_log_is_the_next_offset():
+    assert start_offset(LAST, 0, 0) == 0
+
+
+def seg(size, newest):
+    return SegmentFacts(size, newest)
+
+
+def test_retention_by_size_removes_the_oldest_whole_segments():
+    segments = [seg(100, NOW), seg(100, NOW), seg(100, NOW), seg(10, NOW)]
+    assert segments_to_remove(segments, 250, None, NOW) == 1
+    assert segments_to_remove(segments, 110, None, NOW) == 2  # 110 left: fits
+    assert segments_to_remove(segments, 109, None, NOW) == 3
+    assert segments_to_remove(segments, 1000, None, NOW) == 0
+
+
+def test_retention_never_removes_the_segment_being_written():
+    segments = [seg(100, NOW - 10 * HOUR), seg(500, NOW - 10 * HOUR)]
+    assert segments_to_remove(segments, 0, HOUR, NOW) == 1
+    assert segments_to_remove(segments[1:], 0, HOUR, NOW) == 0
+
+
+def test_retention_by_age_reads_a_segments_newest_message():
+    segments = [seg(1, NOW - 3 * HOUR), seg(1, NOW - 2 * HOUR), seg(1, NOW - 1000), seg(1, NOW)]
+    assert segments_to_remove(segments, None, HOUR, NOW) == 2
+    # The newest decides: a segment with one young message stays whole.
+    assert segments_to_remove([seg(1, NOW - 10), seg(1, NOW)], None, HOUR, NOW) == 0
+
+
+def test_age_and_size_together_remove_what_either_would():
+    segments = [seg(100, NOW - 3 * HOUR), seg(100, NOW), seg(100, NOW), seg(1, NOW)]
+    assert segments_to_remove(segments, 150, HOUR, NOW) == 2
+
+
+def table(**values) -> FieldTable:
+    found = FieldTable({key.replace("_", "-"): value for key, value in values.items()})
+    return found
+
+
+def test_a_filter_is_a_string_or_the_strings_of_an_array():
+    assert filter_spec(table(x_stream_filter=b"emea")) == FilterSpec(frozenset({"emea"}))
+    array = FieldArray([b"emea", 5, b"apac"])
+    array.types = ["longstr", "signedint", "longstr"]
+    assert filter_spec(table(x_stream_filter=array)) == FilterSpec(frozenset({"emea", "apac"}))
+    assert filter_spec(table(x_stream_match_unfiltered=True)) is None
+    assert filter_spec(None) is None
+
+
+def test_match_unfiltered_counts_with_a_filter_and_as_a_boolean():
+    assert filter_spec(table(x_stream_filter=b"a", x_stream_match_unfiltered=True)) \
+        == FilterSpec(frozenset({"a"}), True)
+    assert filter_spec(table(x_stream_filter=b"a", x_stream_match_unfiltered=1)) \
+        == FilterSpec(frozenset({"a"}), False)
+
+
+def test_a_filter_passes_its_values_and_unfiltered_messages_when_asked():
+    spec = FilterSpec(frozenset({"emea"}), match_unfiltered=False)
+    assert [spec.passes(v) for v in ("emea", "amer", None)] == [True, False, False]
+    spec = FilterSpec(frozenset({"emea"}), match_unfiltered=True)
+    assert [spec.passes(v) for v in ("emea", "amer", None)] == [True, False, True]
