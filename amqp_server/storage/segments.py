@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from . import records
-from .files import fsync_dir
+from .files import SegmentFiles
 
 log = logging.getLogger("amqp_server.storage")
 
@@ -51,7 +50,7 @@ class SegmentLog:
         self._flushing = False
         self._flush_scheduled = False
         self._again = False
-        self._handles: dict[int, object] = {}
+        self._files = SegmentFiles(self._path)
         # Called at the start of each flush, so the owner can add batched records.
         self.before_flush: Callable[[], None] = lambda: None
         self.backlog_high = 32 << 20
@@ -221,42 +220,19 @@ class SegmentLog:
         riders' writes too."""
         for rider, work in rides:
             rider.write(work)
-        touched = {}
-        created = False
+        files = self._files
         shipped: dict[int, list[bytes]] | None = {} if self.on_written is not None else None
         for number, record in batch:
-            handle = self._handles.get(number)
-            if handle is None:
-                for old in [n for n in self._handles if n < number]:
-                    finished = self._handles.pop(old)
-                    touched.pop(old, None)
-                    finished.flush()
-                    os.fsync(finished.fileno())
-                    finished.close()
-                created = created or not self._path(number).exists()
-                handle = self._handles[number] = open(self._path(number), "ab")
             encoded = records.encode(record)
-            handle.write(encoded)
-            touched[number] = handle
+            files.append(number, encoded)
             if shipped is not None:
                 shipped.setdefault(number, []).append(encoded)
         if shipped is not None:
             self.on_written(generation,
                             [[number, b"".join(parts)] for number, parts in shipped.items()],
                             doomed)
-        for handle in touched.values():
-            handle.flush()
-            os.fsync(handle.fileno())
-        if created:
-            fsync_dir(self.directory)  # the new file's name must survive a crash too
-        for number in doomed:
-            handle = self._handles.pop(number, None)
-            if handle is not None:
-                handle.close()
-            try:
-                os.unlink(self._path(number))
-            except FileNotFoundError:
-                pass
+        files.sync()
+        files.remove(doomed)
 
     def _path(self, number: int) -> Path:
         return self.directory / f"{number:08d}{SEGMENT_SUFFIX}"
@@ -270,9 +246,7 @@ class SegmentLog:
         self.flush_now()
 
     def close(self) -> None:
-        for handle in self._handles.values():
-            handle.close()
-        self._handles.clear()
+        self._files.close()
         for rider in self.riders:
             rider.close()
 

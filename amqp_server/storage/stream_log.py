@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import records
-from .files import fsync_dir
+from .files import SegmentFiles
 
 log = logging.getLogger("amqp_server.storage")
 
@@ -100,7 +100,7 @@ class StreamLog:
         self._buffer: list[tuple[int, bytes]] = []   # (segment number, record bytes)
         self._doomed: list[int] = []
         self._pending: deque[tuple[int, int]] = deque()  # (generation, next offset then)
-        self._handles: dict[int, object] = {}
+        self._files = SegmentFiles(self._path)
         # Held by the writer thread while it writes this log, so a delete
         # never renames the directory under a write.
         self._writing = threading.Lock()
@@ -230,40 +230,15 @@ class StreamLog:
 
     def _write(self, work) -> None:
         if work[0] == "delete":
-            for handle in self._handles.values():
-                handle.close()
-            self._handles.clear()
+            self._files.close()
             shutil.rmtree(self.directory, ignore_errors=True)
             return
         _, batch, doomed = work
-        touched = {}
-        created = False
+        files = self._files
         for number, encoded in batch:
-            handle = self._handles.get(number)
-            if handle is None:
-                for old in [n for n in self._handles if n < number]:
-                    finished = self._handles.pop(old)
-                    touched.pop(old, None)
-                    finished.flush()
-                    os.fsync(finished.fileno())
-                    finished.close()
-                path = self._path(number)
-                created = created or not path.exists()
-                handle = self._handles[number] = open(path, "ab")
-            handle.write(encoded)
-            touched[number] = handle
-        for handle in touched.values():
-            handle.flush()
-            os.fsync(handle.fileno())
-        if created:
-            fsync_dir(self.directory)
-        for number in doomed:
-            handle = self._handles.pop(number, None)
-            if handle is not None:
-                handle.close()
-            self._path(number).unlink(missing_ok=True)
-        if doomed:
-            fsync_dir(self.directory)
+            files.append(number, encoded)
+        files.sync()
+        files.remove(doomed)
 
     def synced(self, generation: int) -> None:
         """The store's flush `generation` is on disk (event loop)."""
@@ -303,9 +278,7 @@ class StreamLog:
         self.request_flush()
 
     def close(self) -> None:
-        for handle in self._handles.values():
-            handle.close()
-        self._handles.clear()
+        self._files.close()
 
     # ---- views ---------------------------------------------------------------------------
 
