@@ -17,11 +17,12 @@ never an accident.
 from __future__ import annotations
 
 from dlx.redrive import Filter, facts_of
+from dlx.text import as_optional_text
 
 from ..broker.message import HEADER_PREFIX, Entry, Message
 from ..broker.peek import PeekedMessage
 from ..wire.properties import decode_properties
-from .workbench import _text, message_json
+from .workbench import message_json
 
 SCAN_MAX = 10_000  # messages read for one page, at most
 
@@ -58,9 +59,9 @@ def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
                 scanned += len(items)
                 for item in items:
                     message = _peeked(item)
-                    if wanted.empty or wanted.matches(
-                            facts_of(message.headers, _text(message.properties.get("message_id"))),
-                            message.body):
+                    message_id = as_optional_text(message.properties.get("message_id"))
+                    if wanted.empty or wanted.matches(facts_of(message.headers, message_id),
+                                                      message.body):
                         found.append((item.offset, message))
                         if len(found) == limit:
                             reader.offset = item.offset + 1
@@ -114,7 +115,7 @@ def chosen(queue, body: dict, wanted: Filter) -> tuple[list, list[int]]:
                     continue
                 message = _original(item)
                 if wanted_offsets is None and not wanted.empty and not wanted.matches(
-                        facts_of(message.headers, _text(message.properties.message_id)),
+                        facts_of(message.headers, as_optional_text(message.properties.message_id)),
                         message.body):
                     continue
                 found.add(item.offset)
