@@ -185,6 +185,10 @@ def depths_under_policies(url: str, base: str) -> dict:
             channel.queue_declare(prefix + short, durable=True, arguments=arguments)
         _wait_for_policy(base, prefix + "classic", prefix + "lazy")
         _wait_for_policy(base, prefix + "capped", prefix + "memory")
+        # Confirmed publishes: the depths are read once every publish has
+        # reached its queue (a quorum queue takes them asynchronously: under
+        # load RabbitMQ answered the count before the last one was in).
+        channel.confirm_delivery()
         for short in queues:
             for n in range(3):
                 channel.basic_publish("", prefix + short, f"{short}-{n}".encode())
