@@ -22,8 +22,8 @@ from amqp_server.testing import BrokerThread
 from .browser import Console, start_chromium
 from .test_access import ctl
 from .test_management import http
-from .test_workbench_api import count, dead_letters, wait_get_noack
-from .waiting import wait_for
+from .test_workbench_api import count, dead_letters
+from .waiting import wait_for, wait_get_noack
 
 PW = "pw"
 # The console's colours for the lines these tests look for (console.js).

@@ -13,8 +13,7 @@ from amqp_server.testing import BrokerThread
 
 from .browser import Console, start_chromium
 from .test_management import http
-from .test_workbench_api import wait_get_noack
-from .waiting import wait_for
+from .waiting import wait_for, wait_get_noack
 
 # A dead letter older than a second alerts; the broker looks every second.
 CONFIG = {"port": 0, "management-port": 0, "prometheus-port": 0,

@@ -21,8 +21,7 @@ from amqp_server.storage.archive import ARCHIVE_DIR
 from amqp_server.testing import BrokerThread
 
 from .test_management import amqpctl, http
-from .test_workbench_api import wait_get_noack
-from .waiting import wait_for
+from .waiting import wait_for, wait_get_noack
 
 CONFIG = {"port": 0, "management-port": 0, "prometheus-port": -1}
 

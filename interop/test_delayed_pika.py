@@ -16,7 +16,7 @@ import pika
 import pytest
 
 from .test_management import http
-from .waiting import wait_for, wait_get
+from .waiting import wait_for, wait_get, wait_get_noack
 
 LONG = 60_000  # ms: a delay no test outlives
 
@@ -262,26 +262,16 @@ def test_a_retry_loop_through_a_dead_letter_exchange(channel):
     channel.queue_declare("work", arguments={"x-dead-letter-exchange": "retry"})
     channel.queue_bind("work", "retry", "work")
     publish(channel, "", "work", b"job", None, headers={"x-delay": 150})
-    method, props, _ = _get_unacked(channel, "work")
+    method, props, _ = wait_get_noack(channel, "work")
     assert props.headers == {"x-delay": 150}
     channel.basic_reject(method.delivery_tag, requeue=False)
-    method, props, body = _get_unacked(channel, "work")
+    method, props, body = wait_get_noack(channel, "work")
     assert body == b"job" and props.headers["x-delay"] == -150
     assert props.headers["x-death"][0]["reason"] == "rejected"
     channel.basic_reject(method.delivery_tag, requeue=False)
-    method, props, _ = _get_unacked(channel, "work")
+    method, props, _ = wait_get_noack(channel, "work")
     assert props.headers["x-death"][0]["count"] == 2
     channel.basic_ack(method.delivery_tag)
-
-
-def _get_unacked(channel, queue, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        method, props, body = channel.basic_get(queue, auto_ack=False)
-        if method is not None:
-            return method, props, body
-        time.sleep(0.02)
-    raise AssertionError(f"nothing arrived in {queue}")
 
 
 def test_cc_and_bcc_route_a_delayed_message_too(channel):
@@ -322,7 +312,7 @@ def test_at_least_once_dead_letters_into_a_delayed_exchange_arrive_once(channel)
         "x-queue-type": "quorum", "x-dead-letter-exchange": "retry",
         "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
     publish(channel, "", "work", b"job", None, headers={"x-delay": 200})
-    method, _, _ = _get_unacked(channel, "work")
+    method, _, _ = wait_get_noack(channel, "work")
     channel.basic_reject(method.delivery_tag, requeue=False)
     assert [body for body, _ in collect(channel, "parked", 1)] == [b"job"]
     # Past a reaper sweep (1 s): still once.

@@ -12,7 +12,8 @@ import pytest
 
 from .test_access import ctl
 from .test_management import http
-from .test_workbench_api import dead_letters, wait_get_noack
+from .test_workbench_api import dead_letters
+from .waiting import wait_get_noack
 
 RANGE = "lengths_age=60&lengths_incr=5&msg_rates_age=60&msg_rates_incr=5"
 

@@ -19,7 +19,7 @@ import pika
 import pytest
 
 from .test_management import call
-from .test_workbench_api import wait_get_noack
+from .waiting import wait_get_noack
 
 QUEUE = "rates.differential"
 RANGE = "lengths_age=60&lengths_incr=5&msg_rates_age=60&msg_rates_incr=5"

@@ -128,31 +128,21 @@ def test_a_closed_channel_counts_as_an_unsuccessful_delivery(connection):
     setup.basic_publish("", "work", b"crashes-consumers")
     for _ in range(2):
         consumer = connection.channel()
-        method, _, _ = wait_get_noack(consumer, "work")
+        method, _, _ = wait_get(consumer, "work", auto_ack=False)
         assert method is not None
         consumer.close()  # unacked: back to the queue, counted
     _, props, body = wait_get(setup, "dlq")
     assert body == b"crashes-consumers"
 
 
-def wait_get_noack(channel, queue: str, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = channel.basic_get(queue)
-        if got[0] is not None:
-            return got
-        time.sleep(0.02)
-    return None, None, None
-
-
 def test_recover_counts_too(channel):
     channel.queue_declare("work", arguments={"x-max-delivery-attempts": 2})
     channel.basic_publish("", "work", b"m")
     for _ in range(2):
-        method, _, _ = wait_get_noack(channel, "work")
+        method, _, _ = wait_get(channel, "work", auto_ack=False)
         assert method is not None
         channel.basic_recover(requeue=True)
-    assert wait_get_noack(channel, "work", timeout=0.3)[0] is None
+    assert wait_get(channel, "work", timeout=0.3, auto_ack=False)[0] is None
 
 
 def test_auto_created_dead_letter_queues_per_original_address(channel):
@@ -164,7 +154,7 @@ def test_auto_created_dead_letter_queues_per_original_address(channel):
         channel.queue_bind(f"{exchange}-work", exchange, "new")
         channel.basic_publish(exchange, "new", f"{exchange}-poison".encode())
     for exchange in ("orders", "stocks"):
-        method, _, _ = wait_get_noack(channel, f"{exchange}-work")
+        method, _, _ = wait_get(channel, f"{exchange}-work", auto_ack=False)
         channel.basic_nack(method.delivery_tag, requeue=True)
     for exchange in ("orders", "stocks"):
         _, props, body = wait_get(channel, f"DLQ.{exchange}")
@@ -253,9 +243,9 @@ def test_qpid_count_is_not_enforced_when_a_consumer_just_goes_away(connection):
                                               "x-qpid-dlq-enabled": True})
     setup.basic_publish("", "tickers", b"m")
     consumer = connection.channel()
-    assert wait_get_noack(consumer, "tickers")[0] is not None
+    assert wait_get(consumer, "tickers", auto_ack=False)[0] is not None
     consumer.close()
-    method, _, body = wait_get_noack(setup, "tickers")
+    method, _, body = wait_get(setup, "tickers", auto_ack=False)
     assert body == b"m" and method.redelivered  # still here, seen again
     setup.basic_reject(method.delivery_tag, requeue=True)
     assert wait_get(setup, "tickers_DLQ")[2] == b"m"
@@ -278,7 +268,7 @@ def test_settings_by_policy(broker, channel):
     channel.queue_declare("work")
     channel.basic_publish("", "work", b"p")
     for _ in range(2):
-        method, _, _ = wait_get_noack(channel, "work")
+        method, _, _ = wait_get(channel, "work", auto_ack=False)
         channel.basic_nack(method.delivery_tag, requeue=True)
     assert wait_get(channel, "dlq")[2] == b"p"
 

@@ -12,7 +12,7 @@ import pika
 from amqp_server.testing import BrokerThread
 
 from .test_management import http
-from .waiting import wait_for, wait_get
+from .waiting import wait_for, wait_get, wait_get_noack
 
 
 def wait_task(broker, task_id: str, auth=("guest", "guest"), seconds: float = 20.0) -> dict:
@@ -49,16 +49,6 @@ def dead_letters(channel, bodies, queue="work", exchange="shop", key="order",
         channel.basic_reject(method.delivery_tag, requeue=False)
     assert wait_for(lambda: channel.queue_declare(f"{queue}.dlq", passive=True)
                     .method.message_count == len(bodies))
-
-
-def wait_get_noack(channel, queue):
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        method, props, body = channel.basic_get(queue, auto_ack=False)
-        if method is not None:
-            return method, props, body
-        time.sleep(0.02)
-    raise AssertionError(f"nothing in {queue}")
 
 
 @contextlib.contextmanager

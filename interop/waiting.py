@@ -5,16 +5,26 @@ from __future__ import annotations
 import time
 
 
-def wait_get(channel, queue: str, timeout: float = 5.0):
-    """basic.get with auto-ack, retried until a message comes or `timeout`
-    passes; (method, properties, body), all None when nothing came."""
+def wait_get(channel, queue: str, timeout: float = 5.0, auto_ack: bool = True):
+    """basic.get (with auto-ack unless told otherwise), retried until a
+    message comes or `timeout` passes; (method, properties, body), all None
+    when nothing came."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        method, props, body = channel.basic_get(queue, auto_ack=True)
+        method, props, body = channel.basic_get(queue, auto_ack=auto_ack)
         if method is not None:
             return method, props, body
         time.sleep(0.02)
     return None, None, None
+
+
+def wait_get_noack(channel, queue: str, timeout: float = 5.0):
+    """`wait_get` leaving the message unacknowledged; AssertionError when
+    nothing came."""
+    method, props, body = wait_get(channel, queue, timeout, auto_ack=False)
+    if method is None:
+        raise AssertionError(f"nothing in {queue}")
+    return method, props, body
 
 
 def wait_for(condition, seconds: float = 5.0, step=lambda: time.sleep(0.02)) -> bool:
