@@ -260,22 +260,25 @@ class Connection:
             self._on_channel(channel, channel.settle_each, method_id, tags, requeue)
 
     def on_content_header(self, number: int, payload: bytes) -> None:
-        channel = self.channels.get(number)
-        if channel is None:
-            if number in self.closing_channels:
-                return
-            raise channel_error("expected 'channel.open'")
-        if not channel.closing:
+        channel = self._taking_content(number)
+        if channel is not None:
             self._on_channel(channel, channel.content_header, payload)
 
     def on_content_body(self, number: int, payload: bytes) -> None:
+        channel = self._taking_content(number)
+        if channel is not None:
+            self._on_channel(channel, channel.content_body, payload)
+
+    def _taking_content(self, number: int):
+        """The open channel a content frame is for; None when that channel
+        is closing (its content is dropped until close-ok); a channel never
+        opened is a connection error."""
         channel = self.channels.get(number)
         if channel is None:
             if number in self.closing_channels:
-                return
+                return None
             raise channel_error("expected 'channel.open'")
-        if not channel.closing:
-            self._on_channel(channel, channel.content_body, payload)
+        return None if channel.closing else channel
 
     def on_method(self, number: int, payload: bytes) -> None:
         if self.state == CLOSING:
