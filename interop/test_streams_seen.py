@@ -16,6 +16,19 @@ def queue_info(broker, name):
     return http(broker, "GET", f"/api/queues/%2F/{urllib.parse.quote(name, safe='')}")[1]
 
 
+def stream_behind_a_dlx(broker):
+    """A connection and channel, a queue `source` whose dead letters go
+    through fanout `exchange` into the stream `target`."""
+    source, target, exchange = unique("source"), unique(), unique("dlx")
+    conn = connect(broker.url)
+    channel = conn.channel()
+    channel.exchange_declare(exchange, "fanout", durable=True)
+    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_bind(target, exchange)
+    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    return conn, channel, source, target, exchange
+
+
 def test_the_management_api_shows_a_streams_log_and_its_consumers(broker):
     name = unique()
     declare(broker.url, name, **{"x-stream-max-segment-size-bytes": 1000})
@@ -104,13 +117,7 @@ def test_http_get_purge_and_the_workbench_refuse_a_stream(broker):
 def test_the_workbench_browses_a_dead_letter_stream_by_offset_time_and_filter(broker):
     """Read, never consumed: a page from an offset, from a moment, filtered
     by reason, each message with its deaths; the stream keeps them all."""
-    source, target, exchange = unique("source"), unique(), unique("dlx")
-    conn = connect(broker.url)
-    channel = conn.channel()
-    channel.exchange_declare(exchange, "fanout", durable=True)
-    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
-    channel.queue_bind(target, exchange)
-    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    conn, channel, source, target, exchange = stream_behind_a_dlx(broker)
     channel.confirm_delivery()
     for i in range(6):
         channel.basic_publish("", source, b"poison %d" % i,
@@ -148,13 +155,7 @@ def test_the_workbench_browses_a_dead_letter_stream_by_offset_time_and_filter(br
 
 
 def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
-    source, target, exchange = unique("source"), unique(), unique("dlx")
-    conn = connect(broker.url)
-    channel = conn.channel()
-    channel.exchange_declare(exchange, "fanout", durable=True)
-    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
-    channel.queue_bind(target, exchange)
-    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    conn, channel, source, target, exchange = stream_behind_a_dlx(broker)
     for i in range(3):
         channel.basic_publish("", source, b"poison %d" % i)
         method, _, _ = channel.basic_get(source)
@@ -189,13 +190,7 @@ def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
 def test_a_dead_letter_routed_into_a_stream_is_in_the_dead_letter_log(broker):
     """What the audit reads: the death, with the stream as its target."""
     from .test_dead_letter_log import read_events
-    source, target, exchange = unique("source"), unique(), unique("dlx")
-    conn = connect(broker.url)
-    channel = conn.channel()
-    channel.exchange_declare(exchange, "fanout", durable=True)
-    channel.queue_declare(target, durable=True, arguments={"x-queue-type": "stream"})
-    channel.queue_bind(target, exchange)
-    channel.queue_declare(source, arguments={"x-dead-letter-exchange": exchange})
+    conn, channel, source, target, exchange = stream_behind_a_dlx(broker)
     channel.basic_publish("", source, b"poison", pika.BasicProperties(message_id="m-9"))
     method, _, _ = channel.basic_get(source)
     channel.basic_reject(method.delivery_tag, requeue=False)
