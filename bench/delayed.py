@@ -145,6 +145,16 @@ def _properties(headers: dict | None, expiration_ms: int | None = None) -> bytes
         expiration=str(expiration_ms) if expiration_ms is not None else None))
 
 
+async def _delayed_exchange_to(conn, exchange: str, queue: str) -> None:
+    """A direct x-delayed-message exchange bound to `queue` by its name."""
+    await conn.call(1, make(spec.Exchange.Declare, exchange=exchange,
+                            exchange_type="x-delayed-message",
+                            arguments=FieldTable({"x-delayed-type": "direct"})),
+                    spec.Exchange.DeclareOk)
+    await conn.call(1, make(spec.Queue.Bind, queue=queue, exchange=exchange,
+                            routing_key=queue), spec.Queue.BindOk)
+
+
 async def measure(url: str, method: str, count: int, delay_ms: int, burst: bool,
                   timeout: float, rate: int) -> dict:
     tag = uuid.uuid4().hex[:8]
@@ -157,12 +167,7 @@ async def measure(url: str, method: str, count: int, delay_ms: int, burst: bool,
                      spec.Queue.DeclareOk)
     target, key = "", work
     if method == "x-delay":
-        await setup.call(1, make(spec.Exchange.Declare, exchange=exchange,
-                                 exchange_type="x-delayed-message",
-                                 arguments=FieldTable({"x-delayed-type": "direct"})),
-                         spec.Exchange.DeclareOk)
-        await setup.call(1, make(spec.Queue.Bind, queue=work, exchange=exchange,
-                                 routing_key=work), spec.Queue.BindOk)
+        await _delayed_exchange_to(setup, exchange, work)
         target = exchange
     elif method == "ttl-dlx":
         retry_args = FieldTable({"x-dead-letter-exchange": "",
@@ -265,12 +270,7 @@ async def memory(url: str, method: str, count: int) -> dict:
     target = ""
     props = b"\x00\x00"
     if method == "x-delay":
-        await conn.call(1, make(spec.Exchange.Declare, exchange=exchange,
-                                exchange_type="x-delayed-message",
-                                arguments=FieldTable({"x-delayed-type": "direct"})),
-                        spec.Exchange.DeclareOk)
-        await conn.call(1, make(spec.Queue.Bind, queue=queue, exchange=exchange,
-                                routing_key=queue), spec.Queue.BindOk)
+        await _delayed_exchange_to(conn, exchange, queue)
         target = exchange
         props = _properties({"x-delay": hold_ms})
     elif method == "scheduled":
