@@ -18,6 +18,7 @@ from .progress import Progress
 from .session import tune
 from .sizing import Sizing, size_input
 from .sources import LogSource, is_uri, local_sources, unique, uri_sources
+from .stream_dead_letters import with_stream_dead_letters
 from .table_files import REPLAY_FILE, write_replay_file, write_tables
 
 PARQUET_DIR = "dead-letters-parquet"  # under the data directory, for one broker
@@ -97,7 +98,8 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     progress("aggregating the events")
     filters = tables.Filters(args.since, args.until, args.vhost, args.queue, args.node)
     split = tables.Split(args.by_node)
-    events = filters.apply(read_events(spark, sources, parquet_dir, done, filters.partitions))
+    events = filters.apply(with_stream_dead_letters(
+        spark, sources, read_events(spark, sources, parquet_dir, done, filters.partitions)))
     # Retention's archive records (and the log's lines of their removal)
     # are no deaths: counted apart, once each (a record and its log line
     # share their head: queue, time, message).

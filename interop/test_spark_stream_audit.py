@@ -1,0 +1,136 @@
+"""The Spark audit reads the dead letters a stream holds like the
+dead-letter log (issue 30), on data a broker wrote: dead letters routed by a
+dead-letter exchange into two streams are counted once with their reasons
+and queues, whether the log holds their lines or not, and two alike
+messages that died alike stay two."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from .test_spark_audit import audit, pika_channel, publish, read_csv, reject_all, running_broker
+
+pyspark = pytest.importorskip("pyspark")
+
+from .test_spark_audit import spark  # noqa: E402
+
+__all__ = ["spark"]  # the session-scoped fixture, shared with test_spark_audit
+
+STREAM = {"x-queue-type": "stream"}
+STREAMS = ("dead.stream", "dead.copy")
+
+
+def stream_length(channel, name: str) -> int:
+    return channel.queue_declare(name, durable=True, arguments=STREAM,
+                                 passive=True).method.message_count
+
+
+def wait_stream(channel, name: str, count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while stream_length(channel, name) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stream_length(channel, name) == count, name
+
+
+def dead_letters_into_streams(url: str) -> None:
+    """orders: 3 rejected, and twice a message with one id and body
+    rejected (two deaths alike in every field the audit compares); quotes:
+    2 expired.  The fanout dead-letter exchange copies each into both
+    streams; one message is published into a stream directly (no death)."""
+    with pika_channel(url) as ch:
+        ch.exchange_declare("dlx", "fanout", durable=True)
+        for name in STREAMS:
+            ch.queue_declare(name, durable=True, arguments=STREAM)
+            ch.queue_bind(name, "dlx")
+        ch.confirm_delivery()
+        publish(ch, STREAMS[0], "not-dead")
+        ch.queue_declare("orders", durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+        for n in range(3):
+            publish(ch, "orders", f"rejected-{n}")
+        publish(ch, "orders", "twin")
+        publish(ch, "orders", "twin")
+        reject_all(ch, "orders", 5)
+        ch.queue_declare("quotes", durable=True, arguments={"x-dead-letter-exchange": "dlx",
+                                                            "x-message-ttl": 10})
+        for n in range(2):
+            publish(ch, "quotes", f"expired-{n}")
+        wait_stream(ch, STREAMS[0], 1 + 7)
+        wait_stream(ch, STREAMS[1], 7)
+
+
+@pytest.fixture(scope="module")
+def stream_data(tmp_path_factory):
+    path = tmp_path_factory.mktemp("stream-audit") / "broker-s"
+    with running_broker(path, "broker-s") as broker:
+        dead_letters_into_streams(broker.url)
+    return path
+
+
+def logged(data_dir: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted((data_dir / "dead-letters").glob("*.ndjson"))
+            for line in path.read_text().splitlines()]
+
+
+def per_queue(out: Path) -> dict[tuple[str, str], int]:
+    return {(row["queue"], reason): int(row[reason])
+            for row in read_csv(out / "tables" / "reasons_per_queue.csv")
+            for reason in ("rejected", "expired", "maxlen", "delivery_limit")
+            if int(row[reason] or 0)}
+
+
+EXPECTED_QUEUES = {("orders", "rejected"): 5, ("quotes", "expired"): 2}
+BY_REASON = {"rejected": 5, "expired": 2, "maxlen": 0, "delivery_limit": 0}
+
+
+def test_dead_letters_in_the_log_and_in_two_streams_are_counted_once(spark, stream_data,
+                                                                     tmp_path):
+    lines = logged(stream_data)
+    assert len(lines) == 7 and all(set(line["target_queues"]) == set(STREAMS)
+                                   for line in lines)
+    summary = audit(spark, stream_data, tmp_path / "out", "--no-compact")
+    assert summary["events"] == 7
+    assert summary["by_reason"] == BY_REASON
+    assert per_queue(tmp_path / "out") == EXPECTED_QUEUES
+    # Matched to the log's lines: every event is the log's, with its node.
+    (node,) = read_csv(tmp_path / "out" / "tables" / "by_node.csv")
+    assert node["node"] == "broker-s" and node["events"] == "7"
+
+
+def test_dead_letters_only_a_stream_still_holds_are_counted_from_it(spark, stream_data,
+                                                                    tmp_path):
+    # The log's retention removed every line: the streams still hold them.
+    copy = tmp_path / "broker-s"
+    shutil.copytree(stream_data, copy)
+    shutil.rmtree(copy / "dead-letters")
+    summary = audit(spark, copy, tmp_path / "out", "--no-compact")
+    assert summary["events"] == 7
+    assert summary["by_reason"] == BY_REASON
+    assert per_queue(tmp_path / "out") == EXPECTED_QUEUES
+    # The stream knows no node: the data directory's name stands for it.
+    (node,) = read_csv(tmp_path / "out" / "tables" / "by_node.csv")
+    assert node["node"] == "broker-s" and node["events"] == "7"
+    drops = read_csv(tmp_path / "out" / "tables" / "drops.csv")
+    assert drops == []
+
+
+def test_a_log_missing_some_lines_is_completed_from_the_stream(spark, stream_data, tmp_path):
+    # Half the lines gone (one twin among them): the others come from the stream.
+    copy = tmp_path / "broker-s"
+    shutil.copytree(stream_data, copy)
+    lines = logged(stream_data)
+    twin = next(index for index, line in enumerate(lines) if line["message_id"] == "twin")
+    kept = [line for index, line in enumerate(lines)
+            if index != twin and line["message_id"] not in ("rejected-0", "expired-1")]
+    assert len(kept) == 4
+    shutil.rmtree(copy / "dead-letters")
+    (copy / "dead-letters").mkdir()
+    (copy / "dead-letters" / "dead-letters-00000000T000000-1-000001.ndjson").write_text(
+        "".join(json.dumps(line) + "\n" for line in kept))
+    summary = audit(spark, copy, tmp_path / "out", "--no-compact")
+    assert summary["events"] == 7
+    assert per_queue(tmp_path / "out") == EXPECTED_QUEUES

@@ -1,0 +1,174 @@
+"""Dead letters held in streams, read like the dead-letter log (issue 30):
+a dead-letter exchange may route into a stream, whose log keeps each copy
+long after the dead-letter log's own retention removed its line (or on a
+broker whose log was cleared).  The audit reads the streams' segment
+files (`<data-dir>/streams/<vhost hex>/<stream hex>/*.seg`) and counts
+every dead letter once, whichever of the two holds it.
+
+Reading: the segments are the broker's framed msgpack records
+(storage/stream_log.py).  Spark reads the files (`binaryFile`, so a URI
+data directory works as the log's does) and a Python function on the
+executors decodes them with the broker's own record codec
+(amqp_server.storage.records, which imports nothing of the broker: the
+one piece of storage the layers let the audit use, tests/test_layers.py)
+and turns each message that carries `x-death` into a log line with
+dlx/stream_copies.py.  Those lines are parsed with the log's schema, so a
+stream's dead letter is an event like any other from there on.  Segments
+are not compacted: a stream has its own retention, and the audit reads
+what it holds on each run.
+
+Counting once: the stream's copy carries no event id (the log's id is
+given by the log's writer, after the copy was routed), so a copy and a
+log line are matched by what both record of the death: the virtual host,
+the queue and reason of the latest death, that death's x-death `count`
+and `time` (the count tells a message's second death in a queue from its
+first; the time is when it first died there), its message id and its
+body's digest.  Two messages alike in all of these (same body, no message
+id, first dead in the same queue for the same reason in the same second)
+are told apart by how many of them each side holds: the n-th copy of a
+key matches the n-th log line of that key, so each side's count of them
+stands, and the larger one is counted.  Copies of one death fanned out to
+several streams (or kept by several data directories) count as one.  A
+log line whose copy the stream no longer holds, or a copy whose line the
+log no longer holds, counts once too.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterator
+from functools import reduce
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
+
+from .derived import with_derived
+from .schema import EVENT_SCHEMA, EVENTS_SCHEMA
+from .sources import LogSource, is_uri
+
+STREAMS_DIR = "streams"
+SEGMENT_SUFFIX = ".seg"
+# Stream directories are hex-named; a deleted stream's files wait in
+# `.trash`, which this pattern (and the local glob) never matches.
+SEGMENTS = f"{STREAMS_DIR}/[0-9a-f]*/[0-9a-f]*/*{SEGMENT_SUFFIX}"
+LINES_SCHEMA = "data_dir string, line string"
+DEAD_LETTERED = "dead_lettered"
+# What a stream's copy and the log's line of one death share (see above).
+KEY = ("vhost", "queue", "reason", "death_count", "death_time", "message_id", "body_sha256")
+_KEY_SQL = ("element_at(deaths, 1).`count` AS death_count",
+            "element_at(deaths, 1).time AS death_time")
+
+
+def segment_paths(sources: list[LogSource]) -> list[str]:
+    """The segment files of the local data directories, and a glob of them
+    for each URI one (Spark lists those)."""
+    paths: list[str] = []
+    for source in sources:
+        if is_uri(source.data_dir):
+            paths.append(f"{source.data_dir.rstrip('/')}/{SEGMENTS}")
+        else:
+            paths.extend(sorted(glob.glob(str(Path(source.data_dir) / SEGMENTS))))
+    return paths
+
+
+def read_stream_events(spark: SparkSession, sources: list[LogSource]) -> DataFrame | None:
+    """Every dead letter the streams hold, as events (the log's schema and
+    the derived columns) with the `data_dir` that holds it; None when no
+    data directory has a stream segment."""
+    from pyspark.errors import AnalysisException
+
+    frames = []
+    local = [path for path in segment_paths(sources) if not is_uri(path)]
+    uris = [path for path in segment_paths(sources) if is_uri(path)]
+    reader = spark.read.format("binaryFile").option("ignoreMissingFiles", "true")
+    if local:
+        frames.append(reader.load(local))
+    for pattern in uris:
+        try:
+            frame = reader.load(pattern)
+            frame.columns  # noqa: B018 -- analysed now: a pattern matching nothing is no stream
+        except AnalysisException as exc:
+            if exc.getCondition() == "PATH_NOT_FOUND":
+                continue
+            raise
+        frames.append(frame)
+    if not frames:
+        return None
+    files = reduce(DataFrame.unionByName, frames).select("path", "content")
+    lines = files.mapInArrow(_event_lines, LINES_SCHEMA)
+    events = (lines.select("data_dir", F.from_json("line", EVENT_SCHEMA).alias("event"))
+              .select("data_dir", "event.*"))
+    # The node: the stream knows none; the data directory's name, as for
+    # log lines written before brokers wrote `node` (sources.LogSource.name).
+    name = F.element_at(F.split(F.regexp_replace("data_dir", "/+$", ""), "/"), -1)
+    events = events.withColumn("node", F.coalesce(F.col("node"), name))
+    return with_derived(events).select("data_dir", *EVENTS_SCHEMA.fieldNames())
+
+
+def _event_lines(batches: Iterator) -> Iterator:
+    """(data_dir, JSON line) of each dead letter in the segment files of
+    these batches (path, content): runs on the executors."""
+    import pyarrow as pa
+
+    from amqp_server.storage.records import decode_all
+    from dlx.stream_copies import events_of_records
+
+    for batch in batches:
+        data_dirs, lines = [], []
+        for path, content in zip(batch.column("path").to_pylist(),
+                                 batch.column("content").to_pylist()):
+            data_dir, vhost, stream = _place(path)
+            # A torn tail (the segment being written) is left out, as the
+            # broker's recovery would cut it off.
+            records, _problems, _end = decode_all(content or b"")
+            for event in events_of_records(vhost, stream, records):
+                data_dirs.append(data_dir)
+                lines.append(json.dumps(event, separators=(",", ":")))
+        yield pa.RecordBatch.from_arrays([pa.array(data_dirs, pa.string()),
+                                          pa.array(lines, pa.string())],
+                                         names=["data_dir", "line"])
+
+
+def _place(path: str) -> tuple[str, str, str]:
+    """(data directory, vhost, stream) of a segment file Spark listed."""
+    parts = urlsplit(path)
+    if parts.scheme == "file":
+        path = unquote(parts.path)
+    data_dir, _streams, vhost_hex, stream_hex, _file = path.rsplit("/", 4)
+    return (data_dir, bytes.fromhex(vhost_hex).decode("utf-8", "surrogateescape"),
+            bytes.fromhex(stream_hex).decode("utf-8", "surrogateescape"))
+
+
+def _null_safe(left: str, right: str, columns) -> Column:
+    return reduce(lambda a, b: a & b, [F.col(f"{left}.{c}").eqNullSafe(F.col(f"{right}.{c}"))
+                                       for c in columns])
+
+
+def counted_once(log_events: DataFrame, stream_events: DataFrame) -> DataFrame:
+    """The log's events and the streams' dead letters that no log line
+    stands for (see the module's comment on how they are matched)."""
+    copies = stream_events.selectExpr("*", *_KEY_SQL, "element_at(target_queues, 1) AS stream")
+    # The n-th copy of a key in one stream of one data directory; the same
+    # death copied to several streams has the same n in each: kept once.
+    copies = copies.withColumn("n", F.row_number().over(
+        Window.partitionBy(*KEY, "data_dir", "stream").orderBy("time", "event_id")))
+    copies = copies.dropDuplicates([*KEY, "n"])
+    keys = copies.select(*KEY).dropDuplicates()
+    lines = (log_events.where(F.col("outcome") == DEAD_LETTERED)
+             .selectExpr(*KEY[:3], *_KEY_SQL, *KEY[5:], "time"))
+    lines = lines.alias("l").join(keys.alias("k"), _null_safe("l", "k", KEY), "left_semi")
+    lines = lines.withColumn("n", F.row_number().over(Window.partitionBy(*KEY).orderBy("time")))
+    unmatched = copies.alias("c").join(lines.alias("l"), _null_safe("c", "l", (*KEY, "n")),
+                                       "left_anti")
+    return log_events.unionByName(unmatched.select(*EVENTS_SCHEMA.fieldNames()))
+
+
+def with_stream_dead_letters(spark: SparkSession, sources: list[LogSource],
+                             log_events: DataFrame) -> DataFrame:
+    """The log's events, and the streams' dead letters counted once."""
+    stream_events = read_stream_events(spark, sources)
+    if stream_events is None:
+        return log_events
+    return counted_once(log_events, stream_events)
