@@ -42,7 +42,7 @@ def _peeked(item) -> PeekedMessage:
 def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
          timestamp: int | None = None) -> dict:
     log = queue.log
-    found: list[tuple[int, PeekedMessage]] = []
+    found: list[tuple[int, float, PeekedMessage]] = []
     scanned = 0
     next_offset = offset
     if log is not None:
@@ -62,7 +62,7 @@ def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
                     message_id = as_optional_text(message.properties.get("message_id"))
                     if wanted.empty or wanted.matches(facts_of(message.headers, message_id),
                                                       message.body):
-                        found.append((item.offset, message))
+                        found.append((item.offset, item.timestamp, message))
                         if len(found) == limit:
                             reader.offset = item.offset + 1
                             break
@@ -76,9 +76,12 @@ def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
         "committed_offset": (log.committed - 1) if log is not None else -1,
         "offset": offset, "limit": limit, "scanned": scanned, "matched": len(found),
         "next_offset": next_offset,
+        # Each message's offset is its `seq`; `appended_at` (seconds) is when
+        # the stream took it, what a page started at a time goes by.
         "messages": [{**message_json(seq, message, vhost.exchanges, shown),
+                      "appended_at": stamp / 1000.0,
                       "redriven": log is not None and seq in log.redriven}
-                     for seq, message in found],
+                     for seq, stamp, message in found],
     }
 
 

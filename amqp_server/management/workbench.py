@@ -100,7 +100,10 @@ def why_dead_letters(broker, vhost, queue, marks: Marks, targets: set[str]) -> s
 
 
 def dead_letter_queue_json(queue, why: str) -> dict:
+    # The type: the console browses a stream by offset and time, a queue
+    # by position.
     return {"name": queue.name, "vhost": queue.vhost, "why": why,
+            "type": queue.settings.queue_type,
             "messages_ready": queue.message_count,
             "messages_paged_out": queue.paged_count,
             "messages_delayed": queue.delayed_count,

@@ -199,10 +199,11 @@ async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web
             isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)):
         raise BadRequest("offsets must be a list of stream offsets")
     if "seqs" in body or "messages" in body:
-        # The console's redrive is a task over a queue's seqs; a stream's
-        # is done at once, by offsets: not mixed up.
+        # A queue's redrive is a task over its seqs; a stream's is done at
+        # once, by offsets (as the console's stream view sends them): not
+        # mixed up.
         raise BadRequest("a stream is redriven by \"offsets\" or a \"filter\", at once "
-                         "(no task); the console does not redrive streams yet")
+                         "(no task)")
     if offsets is None and "filter" not in body:
         raise BadRequest("name the messages: \"offsets\" or a \"filter\"")
     wanted = _filter(filter_body)

@@ -333,6 +333,13 @@
   };
 
   const queueHref = (q) => `#/queues/${enc(q.vhost)}/${enc(q.name)}`;
+  // A stream keeps what it is read: its messages are browsed by offset and
+  // time, and its list of them is its log, not a queue's ready messages.
+  const streamBadge = (q) => (q.type === "stream"
+    ? el("span", {class: "badge stream-badge", "data-stream": q.name, text: "stream"}) : null);
+  const byteText = (n) => (n >= 1 << 30 ? number(n / (1 << 30)) + " GiB"
+    : n >= 1 << 20 ? number(n / (1 << 20)) + " MiB" : n >= 1 << 10 ? number(n / (1 << 10)) + " KiB"
+      : `${n} B`);
 
   views.queues = (root, vhost, name) => {
     if (name !== undefined) return queuePage(root, vhost, name);
@@ -341,7 +348,7 @@
     const t = table("queues", [
       {title: "Virtual host", value: (q) => q.vhost},
       {title: "Name", value: (q) => q.name,
-        show: (q) => el("a", {href: queueHref(q), text: q.name})},
+        show: (q) => [el("a", {href: queueHref(q), text: q.name}), streamBadge(q)]},
       {title: "Type", value: (q) => q.type},
       {title: "Policy", value: (q) => q.policy || ""},
       {title: "Arguments", value: (q) => compact(q.arguments)},
@@ -370,10 +377,20 @@
     const dead = chart("queue-dead-chart", "Dead-lettered, by reason", "/s", 300);
     const lines = RATE_LINES.filter((l) => ["publish", "deliver_get", "ack"].includes(l.key));
     const row = (label, value) => el("tr", {}, el("th", {text: label}), el("td", {text: value}));
+    // A stream's log: its size, segments, offsets, and where each consumer reads.
+    const streamTiles = el("div", {class: "tiles", id: "stream-tiles"});
+    const consumers = table("stream-consumers", [
+      {title: "Consumer", value: (c) => c.tag},
+      {title: "Next offset", value: (c) => c.offset, num: true},
+      {title: "Behind", value: (c) => c.behind, num: true},
+    ], {filterable: false, sortBy: 0, empty: "No consumer reads this stream."});
+    const streamCard = el("div", {class: "card", id: "stream-log", hidden: true},
+      el("h2", {text: "Stream"}), streamTiles, el("h2", {text: "Consumers' offsets"}), consumers.node);
+    const browse = el("a", {href: `#/dead-letters/${enc(vhost)}/${enc(name)}`, id: "queue-browse",
+      text: "Browse its messages in the workbench"});
     root.append(el("p", {}, el("a", {href: "#/queues", text: "Queues"}), " / "),
       el("h1", {id: "queue-title", text: `${name} (${vhost})`}),
-      el("p", {}, el("a", {href: `#/dead-letters/${enc(vhost)}/${enc(name)}`, id: "queue-browse",
-        text: "Browse its messages in the workbench"})),
+      el("p", {}, browse), streamCard,
       tiles, el("div", {class: "charts"}, depth.node, rates.node),
       el("div", {class: "charts"}, dead.node,
         el("div", {class: "card"}, el("h2", {text: "Dead letters"}), deadTable)),
@@ -381,6 +398,20 @@
     return async () => {
       const q = await api("GET", `${base}?${QUEUE_RANGE}`);
       const m = q.message_stats || {};
+      if (q.type === "stream" && q.stream) {
+        const s = q.stream;
+        const offset = (value) => (value === null || value === undefined ? "none" : String(value));
+        streamCard.hidden = false;
+        browse.textContent = "Browse it by offset and time in the workbench";
+        streamTiles.replaceChildren(tile("Messages", q.messages, "stream-messages-count"),
+          tile("Size on disk", byteText(s.size_bytes), "stream-size"),
+          tile("Segments", s.segments, "stream-segments"),
+          tile("First offset", offset(s.first_offset), "stream-first-offset"),
+          tile("Last offset", offset(s.last_offset), "stream-last-offset"),
+          tile("Removed by retention", s.removed_by_retention, "stream-retained"));
+        consumers.set(Object.entries(s.consumer_offsets || {}).map(([tag, at]) =>
+          ({tag, offset: at, behind: Math.max(0, s.next_offset - at)})));
+      }
       tiles.replaceChildren(tile("Ready", q.messages_ready, "queue-ready"),
         tile("Unacked", q.messages_unacknowledged, "queue-unacked"),
         tile("Total", q.messages, "queue-total"), tile("Delayed", q.messages_delayed),
@@ -619,12 +650,15 @@
   // ---- the dead-letter workbench -------------------------------------------------
 
   views["dead-letters"] = (root, vhost, queue) => {
-    if (queue !== undefined) return workbench(root, vhost, queue);
+    if (queue !== undefined) {
+      openWorkbench(root, vhost, queue);
+      return null;  // the list is not refreshed under the reader's selection
+    }
     const error = errorLine("dead-letters-error");
     const t = table("dead-letter-queues", [
       {title: "Virtual host", value: (q) => q.vhost},
-      {title: "Name", value: (q) => q.name, show: (q) => el("a", {
-        href: `#/dead-letters/${enc(q.vhost)}/${enc(q.name)}`, text: q.name})},
+      {title: "Name", value: (q) => q.name, show: (q) => [el("a", {
+        href: `#/dead-letters/${enc(q.vhost)}/${enc(q.name)}`, text: q.name}), streamBadge(q)]},
       {title: "Found by", value: (q) => q.why},
       {title: "Ready", value: (q) => q.messages_ready, num: true},
       {title: "Paged out", value: (q) => q.messages_paged_out, num: true},
@@ -998,6 +1032,219 @@
 
     load();
     return null;  // the list is not refreshed under the reader's selection; Refresh does it
+  }
+
+  // The workbench of a queue or of a stream: which, its type says.
+  async function openWorkbench(root, vhost, queue) {
+    const token = viewToken;
+    let type = null;
+    try {
+      type = (await api("GET", `/api/queues/${enc(vhost)}/${enc(queue)}`)).type;
+    } catch (_) { /* the workbench's own request says what is wrong */ }
+    if (token !== viewToken) return;
+    (type === "stream" ? streamWorkbench : workbench)(root, vhost, queue);
+  }
+
+  // A stream's workbench: a page of its log from an offset or a moment,
+  // filtered as the API filters, paged forward by the offset the API says
+  // the next page starts at.  Nothing is consumed.  A redrive copies the
+  // selected messages back to where they died from; the stream keeps them,
+  // marked as redriven, and redriving one again takes a second, deliberate
+  // click (the API's `again`).
+  function streamWorkbench(root, vhost, queue) {
+    const base = `/api/queues/${enc(vhost)}/${enc(queue)}`;
+    let start = {offset: 0};  // where the shown page starts: {offset} or {timestamp}
+    let earlier = [];          // the starts of the pages before it (← Previous)
+    let limit = 50;
+    let current = {};          // the filter applied
+    let shownPage = null;
+    let openSeq = null;        // the message shown under its row
+    const selected = new Map();  // offset -> redriven already?
+    const error = errorLine("workbench-error");
+    const counts = el("p", {class: "muted", id: "workbench-counts"});
+    const text = (name, label) => el("label", {}, label, el("input", {name, id: "filter-" + name}));
+    const form = el("form", {class: "card", id: "stream-form"},
+      el("div", {class: "grid"},
+        el("label", {}, "Start at offset", el("input", {name: "offset", id: "stream-offset",
+          type: "number", min: "0", placeholder: "the first"})),
+        el("label", {}, "or at the time", el("input", {name: "timestamp", id: "stream-time",
+          type: "datetime-local", step: "1"})),
+        el("label", {}, "Reason", el("select", {name: "reason", id: "filter-reason"},
+          el("option", {value: "", text: "any"}), ...REASONS.map((r) => el("option", {value: r, text: r})))),
+        text("original_queue", "Original queue"), text("original_exchange", "Original exchange"),
+        el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
+        el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
+        text("message_id", "Message id"), text("body", "Body contains")),
+      el("div", {class: "toolbar"},
+        el("button", {type: "submit", id: "stream-go", text: "Show"}),
+        el("button", {type: "reset", class: "secondary", id: "filter-reset", text: "Clear"})));
+    const listBody = el("tbody");
+    const pickAll = el("input", {type: "checkbox", id: "select-page", title: "Select this page",
+      onchange: () => {
+        for (const m of shownPage.messages) {
+          if (pickAll.checked) selected.set(m.seq, m.redriven); else selected.delete(m.seq);
+        }
+        drawList();
+      }});
+    const listing = el("table", {id: "stream-messages"}, el("thead", {}, el("tr", {},
+      el("th", {}, pickAll), ...["Offset", "Message id", "Reason", "Original queue", "First died",
+        "Deaths", "In the stream since", "Redriven", "Bytes", "Body"].map((title) => el("th", {text: title})))),
+    listBody);
+    const position = el("span", {class: "muted", id: "page-position"});
+    const prev = el("button", {type: "button", class: "secondary", id: "page-prev", text: "← Previous",
+      onclick: () => { start = earlier.pop() || {offset: 0}; load(); }});
+    const next = el("button", {type: "button", class: "secondary", id: "page-next", text: "Next →",
+      onclick: () => { earlier.push(start); start = {offset: shownPage.next_offset}; load(); }});
+    const pager = el("div", {class: "toolbar"}, prev, next,
+      el("select", {id: "page-size", onchange: (e) => { limit = Number(e.target.value); load(); }},
+        ...[20, 50, 100, 500].map((n) => el("option", {value: n, text: `${n} a page`, selected: n === limit}))),
+      position, el("button", {type: "button", class: "secondary", id: "page-refresh", text: "Refresh",
+        onclick: () => load()}));
+
+    const picked = el("span", {class: "muted", id: "stream-picked"});
+    const result = el("p", {id: "stream-redrive-result"});
+    const confirmText = el("span", {id: "stream-confirm-text"});
+    const confirmBox = el("div", {class: "toolbar confirm", id: "stream-confirm", hidden: true},
+      confirmText,
+      el("button", {type: "button", class: "danger", id: "stream-redrive-again",
+        text: "Redrive them again", onclick: () => redrive(true)}),
+      el("button", {type: "button", class: "secondary", id: "stream-redrive-others",
+        text: "Only the others", onclick: () => redrive(false)}),
+      el("button", {type: "button", class: "secondary", id: "stream-redrive-cancel", text: "Cancel",
+        onclick: () => { confirmBox.hidden = true; }}));
+    const actions = el("div", {class: "card", id: "actions"},
+      el("div", {class: "toolbar"},
+        el("button", {type: "button", id: "stream-redrive", text: "Redrive selected to origin",
+          onclick: () => redrive(null)}),
+        picked, el("span", {class: "muted",
+          text: "Copies go back to the queue each first died in; the stream keeps them."})),
+      confirmBox, result);
+
+    root.append(el("p", {}, el("a", {href: "#/dead-letters", text: "Dead-letter queues"}), " / ",
+      el("a", {href: queueHref({vhost, name: queue}), id: "workbench-queue",
+        text: `stream ${queue}: its log and consumers`})),
+      el("h1", {id: "workbench-title"}, `${queue} (${vhost}) `,
+        el("span", {class: "badge stream-badge", text: "stream"})),
+      counts, error, form, actions, el("div", {class: "card"}, pager,
+        el("p", {class: "muted", text: "Choose a message to see its history under it."}), listing));
+
+    const seconds = (value) => String(Math.floor(new Date(value).getTime() / 1000));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const data = new FormData(form);
+      current = {};
+      for (const [key, value] of data.entries()) {
+        if (value === "" || key === "offset" || key === "timestamp") continue;
+        current[key] = key === "since" || key === "until" ? seconds(value) : value;
+      }
+      const at = data.get("timestamp");
+      start = at ? {timestamp: seconds(at)} : {offset: Number(data.get("offset") || 0)};
+      earlier = [];
+      load();
+    });
+    form.addEventListener("reset", () => {
+      current = {};
+      start = {offset: 0};
+      earlier = [];
+      setTimeout(load);
+    });
+
+    function drawPicked() {
+      const before = [...selected.values()].filter(Boolean).length;
+      picked.textContent = `${selected.size} selected` +
+        (before ? `, ${before} of them redriven before` : "");
+    }
+
+    function drawList() {
+      const page = shownPage;
+      if (!page.messages.some((m) => m.seq === openSeq)) openSeq = null;
+      listBody.replaceChildren(...page.messages.flatMap((m) => {
+        const box = el("input", {type: "checkbox", class: "pick", "data-offset": m.seq,
+          checked: selected.has(m.seq), onclick: (event) => event.stopPropagation(),
+          onchange: (event) => {
+            if (event.target.checked) selected.set(m.seq, m.redriven); else selected.delete(m.seq);
+            drawPicked();
+          }});
+        const row = el("tr", {class: "clickable" + (m.redriven ? " redriven" : "") +
+            (m.seq === openSeq ? " open" : ""), "data-offset": m.seq,
+          "data-message-id": m.properties.message_id ?? "", "data-redriven": String(m.redriven),
+          onclick: () => { openSeq = openSeq === m.seq ? null : m.seq; drawList(); }},
+        el("td", {}, box), el("td", {class: "num", text: m.seq}),
+        el("td", {}, clip(m.properties.message_id ?? "")),
+        el("td", {}, m.reason ? el("span", {class: "reason", text: m.reason}) : ""),
+        el("td", {}, clip(m.original_queue ?? "")),
+        el("td", {class: "time", title: m.died_at ? dateTime(m.died_at, true) : "", text: when(m.died_at)}),
+        el("td", {class: "num", text: m.death_count}),
+        el("td", {class: "time", text: when(Math.floor(m.appended_at))}),
+        el("td", {}, m.redriven ? el("span", {class: "badge redriven-badge", text: "redriven"}) : ""),
+        el("td", {class: "num", text: m.payload_bytes}),
+        el("td", {}, clip((m.payload_text ?? "(binary)").slice(0, 200), "body")));
+        if (m.seq !== openSeq) return [row];
+        return [row, el("tr", {class: "detail-row"}, el("td", {colspan: 11},
+          messageDetail(m, queue, () => { openSeq = null; drawList(); })))];
+      }));
+      pickAll.checked = page.messages.length > 0 && page.messages.every((m) => selected.has(m.seq));
+      drawPicked();
+    }
+
+    async function load() {
+      const token = viewToken;
+      const query = new URLSearchParams({...current, ...start, limit});
+      let page;
+      try {
+        page = await api("GET", `${base}/messages?${query}`);
+      } catch (exc) {
+        showError(error, exc);
+        return;
+      }
+      if (token !== viewToken) return;
+      showError(error, null);
+      shownPage = page;
+      // What is known again of a selected message: whether it was redriven.
+      for (const m of page.messages) if (selected.has(m.seq)) selected.set(m.seq, m.redriven);
+      const last = page.committed_offset;
+      counts.textContent = `${page.messages_ready} messages in the stream, offsets ` +
+        (last >= page.first_offset ? `${page.first_offset}–${last}` : "none yet") +
+        `; ${page.matched} shown of ${page.scanned} read`;
+      position.textContent = page.messages.length
+        ? `offsets ${page.messages[0].seq}–${page.messages[page.messages.length - 1].seq}`
+        : "no messages here";
+      prev.disabled = earlier.length === 0;
+      next.disabled = page.next_offset > last;
+      drawList();
+    }
+
+    // `again`: null when asked from the button (the selection decides
+    // whether to ask first), true or false once the user chose.
+    async function redrive(again) {
+      result.textContent = "";
+      if (!selected.size) { showError(error, new Error("Select messages first.")); return; }
+      const before = [...selected.entries()].filter(([, redriven]) => redriven).map(([o]) => o);
+      if (again === null && before.length) {
+        confirmText.textContent = `${before.length} of the ${selected.size} selected were ` +
+          `redriven before (offsets ${before.sort((a, b) => a - b).join(", ")}). Redrive them again?`;
+        confirmBox.hidden = false;
+        return;
+      }
+      confirmBox.hidden = true;
+      let done;
+      try {
+        done = await api("POST", `${base}/redrive`,
+          {offsets: [...selected.keys()].sort((a, b) => a - b), again: again === true});
+      } catch (exc) { showError(error, exc); return; }
+      showError(error, null);
+      const parts = [`${done.redriven.length} redriven to origin`];
+      if (done.already_redriven.length) parts.push(`${done.already_redriven.length} left: redriven before`);
+      if (done.kept.length) parts.push(`${done.kept.length} not sent (${done.kept.map((k) => k.why).join(", ")})`);
+      if (done.missing.length) parts.push(`${done.missing.length} no longer in the stream`);
+      if (done.duplicates) parts.push(`${done.duplicates} duplicates`);
+      result.textContent = parts.join("; ") + ".";
+      result.dataset.redriven = done.redriven.join(",");
+      selected.clear();
+      load();
+    }
+
+    load();
   }
 
   // ---- login, navigation ----------------------------------------------------------
