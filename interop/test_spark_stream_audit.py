@@ -92,7 +92,8 @@ def test_dead_letters_in_the_log_and_in_two_streams_are_counted_once(spark, stre
     lines = logged(stream_data)
     assert len(lines) == 7 and all(set(line["target_queues"]) == set(STREAMS)
                                    for line in lines)
-    summary = audit(spark, stream_data, tmp_path / "out", "--no-compact")
+    summary = audit(spark, stream_data, tmp_path / "out", "--parquet-dir",
+                    str(tmp_path / "dataset"))
     assert summary["events"] == 7
     assert summary["by_reason"] == BY_REASON
     assert per_queue(tmp_path / "out") == EXPECTED_QUEUES
@@ -134,3 +135,33 @@ def test_a_log_missing_some_lines_is_completed_from_the_stream(spark, stream_dat
     summary = audit(spark, copy, tmp_path / "out", "--no-compact")
     assert summary["events"] == 7
     assert per_queue(tmp_path / "out") == EXPECTED_QUEUES
+
+
+def test_a_local_segment_is_decoded_in_chunks_as_it_is_whole(tmp_path, monkeypatch):
+    from amqp_server.storage import records
+    from spark import stream_dead_letters
+
+    data = b"".join(records.encode(["S", n, 1000.0, b"\x00\x00", b"h" * n, b"b" * (n * 7)])
+                    for n in range(40))
+    path = tmp_path / "00000001.seg"
+    path.write_bytes(data + data[:9])  # and a torn tail, as a segment being written
+    whole, _problems, _end = records.decode_all(data)
+    monkeypatch.setattr(stream_dead_letters, "READ_CHUNK", 13)
+    assert list(stream_dead_letters._file_records(str(path))) == whole
+    assert list(stream_dead_letters._file_records(str(tmp_path / "gone.seg"))) == []
+
+
+def test_a_uri_data_directory_has_its_segments_read_through_spark(spark, stream_data):
+    from spark.schema import EVENTS_SCHEMA
+    from spark.sources import LogSource
+    from spark.stream_dead_letters import counted_once, read_stream_events
+
+    copies = read_stream_events(spark, [LogSource(stream_data.as_uri(), ())])
+    assert copies is not None
+    rows = copies.select("vhost", "queue", "reason", "target_queues", "node").collect()
+    assert len(rows) == 2 * 7  # each death, in each of the two streams
+    assert {row.target_queues[0] for row in rows} == set(STREAMS)
+    assert {row.node for row in rows} == {"broker-s"}
+    nothing = spark.createDataFrame([], EVENTS_SCHEMA)
+    assert counted_once(nothing, copies).count() == 7
+    assert read_stream_events(spark, [LogSource((stream_data / "nowhere").as_uri(), ())]) is None

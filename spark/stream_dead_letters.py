@@ -6,14 +6,17 @@ files (`<data-dir>/streams/<vhost hex>/<stream hex>/*.seg`) and counts
 every dead letter once, whichever of the two holds it.
 
 Reading: the segments are the broker's framed msgpack records
-(storage/stream_log.py).  Spark reads the files (`binaryFile`, so a URI
+(storage/stream_log.py).  Spark lists the files (`binaryFile`, so a URI
 data directory works as the log's does) and a Python function on the
 executors decodes them with the broker's own record codec
 (amqp_server.storage.records, which imports nothing of the broker: the
 one piece of storage the layers let the audit use, tests/test_layers.py)
 and turns each message that carries `x-death` into a log line with
 dlx/stream_copies.py.  Those lines are parsed with the log's schema, so a
-stream's dead letter is an event like any other from there on.  Segments
+stream's dead letter is an event like any other from there on.  A local
+segment is read by that function in chunks, never whole (segments are up
+to 3 GB); one behind a URI comes whole through Spark, which alone can
+read it.  Segments
 are not compacted: a stream has its own retention, and the audit reads
 what it holds on each run.
 
@@ -49,6 +52,7 @@ from .schema import EVENT_SCHEMA, EVENTS_SCHEMA
 from .sources import LogSource, is_uri
 
 STREAMS_DIR = "streams"
+READ_CHUNK = 8 << 20  # bytes of a local segment decoded at a time
 SEGMENT_SUFFIX = ".seg"
 # Stream directories are hex-named; a deleted stream's files wait in
 # `.trash`, which this pattern (and the local glob) never matches.
@@ -84,7 +88,9 @@ def read_stream_events(spark: SparkSession, sources: list[LogSource]) -> DataFra
     uris = [path for path in segment_paths(sources) if is_uri(path)]
     reader = spark.read.format("binaryFile").option("ignoreMissingFiles", "true")
     if local:
-        frames.append(reader.load(local))
+        # Only the names: the executors read the files themselves, in chunks.
+        frames.append(reader.load(local).select(
+            "path", F.lit(None).cast("binary").alias("content")))
     for pattern in uris:
         try:
             frame = reader.load(pattern)
@@ -93,10 +99,10 @@ def read_stream_events(spark: SparkSession, sources: list[LogSource]) -> DataFra
             if exc.getCondition() == "PATH_NOT_FOUND":
                 continue
             raise
-        frames.append(frame)
+        frames.append(frame.select("path", "content"))
     if not frames:
         return None
-    files = reduce(DataFrame.unionByName, frames).select("path", "content")
+    files = reduce(DataFrame.unionByName, frames)
     lines = files.mapInArrow(_event_lines, LINES_SCHEMA)
     events = (lines.select("data_dir", F.from_json("line", EVENT_SCHEMA).alias("event"))
               .select("data_dir", "event.*"))
@@ -109,7 +115,8 @@ def read_stream_events(spark: SparkSession, sources: list[LogSource]) -> DataFra
 
 def _event_lines(batches: Iterator) -> Iterator:
     """(data_dir, JSON line) of each dead letter in the segment files of
-    these batches (path, content): runs on the executors."""
+    these batches (path, and the content when it came through Spark): runs
+    on the executors."""
     import pyarrow as pa
 
     from amqp_server.storage.records import decode_all
@@ -122,7 +129,8 @@ def _event_lines(batches: Iterator) -> Iterator:
             data_dir, vhost, stream = _place(path)
             # A torn tail (the segment being written) is left out, as the
             # broker's recovery would cut it off.
-            records, _problems, _end = decode_all(content or b"")
+            records = (decode_all(content)[0] if content is not None
+                       else _file_records(_local(path)))
             for event in events_of_records(vhost, stream, records):
                 data_dirs.append(data_dir)
                 lines.append(json.dumps(event, separators=(",", ":")))
@@ -131,11 +139,33 @@ def _event_lines(batches: Iterator) -> Iterator:
                                          names=["data_dir", "line"])
 
 
+def _file_records(path: str) -> Iterator:
+    """The records of a local segment file, decoded READ_CHUNK bytes at a
+    time: what follows the last whole record waits for the next chunk."""
+    from amqp_server.storage.records import decode_all
+
+    pending = b""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return  # retention removed it since Spark listed it
+    with handle:
+        while chunk := handle.read(READ_CHUNK):
+            pending += chunk
+            found, _problems, end = decode_all(pending)
+            yield from found
+            pending = pending[end:]
+
+
+def _local(path: str) -> str:
+    """A file: URI as Spark lists it (file:/a%20b/x) as the plain path."""
+    parts = urlsplit(path)
+    return unquote(parts.path) if parts.scheme == "file" else path
+
+
 def _place(path: str) -> tuple[str, str, str]:
     """(data directory, vhost, stream) of a segment file Spark listed."""
-    parts = urlsplit(path)
-    if parts.scheme == "file":
-        path = unquote(parts.path)
+    path = _local(path)
     data_dir, _streams, vhost_hex, stream_hex, _file = path.rsplit("/", 4)
     return (data_dir, bytes.fromhex(vhost_hex).decode("utf-8", "surrogateescape"),
             bytes.fromhex(stream_hex).decode("utf-8", "surrogateescape"))
