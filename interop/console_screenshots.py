@@ -2,8 +2,8 @@
 tests drive it, after a few minutes of traffic so that the charts have
 something to show: `python -m interop.console_screenshots docs/ [minutes]`.
 
-It writes console-overview.png, console-queue.png, console-queues.png and
-console-workbench.png."""
+It writes console-overview.png, console-queue.png, console-queues.png,
+console-workbench.png and console-stream.png."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from amqp_server.testing import BrokerThread
 
 from .browser import Console, start_chromium
 from .test_console_browser import dead_letters_of_every_kind, row_of
+from .test_stream_console_browser import STREAM, dead_letters_into_a_stream
 
 WIDTH = 1400
 
@@ -69,6 +70,25 @@ def full_page(driver, path: Path) -> None:
     driver.set_window_size(WIDTH, 1000)
 
 
+def stream_screenshot(broker, console: Console, folder: Path) -> None:
+    """A dead-letter stream's workbench: two messages redriven, and the
+    question asked when a selection holds one of them."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    dead_letters_into_a_stream(connection.channel())
+    connection.close()
+    console.open(f"dead-letters/%2F/{STREAM}")
+    console.until(lambda: len(console.column("stream-messages", "Offset") or ()) > 20)
+    for offsets in ((0, 1), (1, 2)):
+        for offset in offsets:
+            console.css(f'#stream-messages input.pick[data-offset="{offset}"]')[0].click()
+        console.find("stream-redrive").click()
+        if offsets == (0, 1):
+            console.until(lambda: console.text("stream-redrive-result"))
+            console.until(lambda: console.css('#stream-messages tr[data-redriven="true"]'))
+    console.until(lambda: console.find("stream-confirm").is_displayed())
+    console.driver.save_screenshot(str(folder / "console-stream.png"))
+
+
 def main(out: str, minutes: float) -> None:
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -102,6 +122,7 @@ def main(out: str, minutes: float) -> None:
             row_of(console, "rejected-1").click()
             console.until(lambda: console.find("timeline").is_displayed())
             driver.save_screenshot(str(folder / "console-workbench.png"))
+            stream_screenshot(broker, console, folder)
         finally:
             stop.set()
             driver.quit()

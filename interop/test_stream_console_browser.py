@@ -30,6 +30,11 @@ def offsets(first: int, last: int) -> list[str]:
 
 @pytest.fixture
 def dead_letter_stream(channel):
+    dead_letters_into_a_stream(channel)
+    return channel
+
+
+def dead_letters_into_a_stream(channel) -> None:
     """`orders` and `orders.ttl` dead-letter through fanout `dlx` into the
     stream: bad-0 ... bad-21 rejected (offsets 0-21), late-1 expired (22)."""
     channel.exchange_declare("dlx", "fanout", durable=True)
@@ -48,7 +53,6 @@ def dead_letter_stream(channel):
     assert wait_for(lambda: count(channel, STREAM) == REJECTED, 10)
     channel.basic_publish("", "orders.ttl", b"late", pika.BasicProperties(message_id="late-1"))
     assert wait_for(lambda: count(channel, STREAM) == REJECTED + 1, 10)
-    return channel
 
 
 @pytest.fixture
@@ -181,7 +185,7 @@ def test_redrive_of_a_selection_reaches_the_origin_and_the_stream_keeps_it_marke
     console.find("stream-redrive").click()
     console.until(lambda: console.find("stream-confirm").is_displayed())
     assert console.text("stream-confirm-text").startswith(
-        "1 of the 2 selected were redriven before (offsets 1). Redrive them again?")
+        "1 of the 2 selected was redriven before (offset 1). Redrive it again?")
     assert count(channel, "orders") == 0  # nothing sent while asking
     console.find("stream-redrive-others").click()
     console.until(lambda: console.text("stream-redrive-result") ==

@@ -1107,7 +1107,7 @@
     const confirmBox = el("div", {class: "toolbar confirm", id: "stream-confirm", hidden: true},
       confirmText,
       el("button", {type: "button", class: "danger", id: "stream-redrive-again",
-        text: "Redrive them again", onclick: () => redrive(true)}),
+        text: "Redrive again", onclick: () => redrive(true)}),
       el("button", {type: "button", class: "secondary", id: "stream-redrive-others",
         text: "Only the others", onclick: () => redrive(false)}),
       el("button", {type: "button", class: "secondary", id: "stream-redrive-cancel", text: "Cancel",
@@ -1221,8 +1221,10 @@
       if (!selected.size) { showError(error, new Error("Select messages first.")); return; }
       const before = [...selected.entries()].filter(([, redriven]) => redriven).map(([o]) => o);
       if (again === null && before.length) {
-        confirmText.textContent = `${before.length} of the ${selected.size} selected were ` +
-          `redriven before (offsets ${before.sort((a, b) => a - b).join(", ")}). Redrive them again?`;
+        const one = before.length === 1;
+        confirmText.textContent = `${before.length} of the ${selected.size} selected ` +
+          `${one ? "was" : "were"} redriven before (offset${one ? "" : "s"} ` +
+          `${before.sort((a, b) => a - b).join(", ")}). Redrive ${one ? "it" : "them"} again?`;
         confirmBox.hidden = false;
         return;
       }
