@@ -6,19 +6,22 @@ files (`<data-dir>/streams/<vhost hex>/<stream hex>/*.seg`) and counts
 every dead letter once, whichever of the two holds it.
 
 Reading: the segments are the broker's framed msgpack records
-(storage/stream_log.py).  Spark lists the files (`binaryFile`, so a URI
-data directory works as the log's does) and a Python function on the
-executors decodes them with the broker's own record codec
+(storage/stream_log.py), decoded with the broker's own record codec
 (amqp_server.storage.records, which imports nothing of the broker: the
-one piece of storage the layers let the audit use, tests/test_layers.py)
-and turns each message that carries `x-death` into a log line with
-dlx/stream_copies.py.  Those lines are parsed with the log's schema, so a
-stream's dead letter is an event like any other from there on.  A local
-segment is read by that function in chunks, never whole (segments are up
-to 3 GB); one behind a URI comes whole through Spark, which alone can
-read it.  Segments
-are not compacted: a stream has its own retention, and the audit reads
-what it holds on each run.
+one piece of storage the layers let the audit use, tests/test_layers.py);
+dlx/stream_copies.py turns each message that carries `x-death` into a
+log line.  Those lines are parsed with the log's schema, so a stream's
+dead letter is an event like any other from there on.
+
+The decoding runs in the audit's own process, not in a Python UDF: the
+job uses the DataFrame API only, so it runs the same in local mode, on a
+standalone cluster and through Spark Connect, whose executors need not
+have this package.  A local segment is read in chunks, never whole
+(segments may be up to 3 GB); one behind a URI is listed and fetched by
+Spark (`binaryFile`), one file at a time.  The lines leave out the body
+(its size and digest stay): no table uses it, and a stream's events are
+not compacted, so it would only cost the driver memory.  A stream has
+its own retention: the audit reads what the streams hold on each run.
 
 Counting once: the stream's copy carries no event id (the log's id is
 given by the log's writer, after the copy was routed), so a copy and a
@@ -40,12 +43,15 @@ from __future__ import annotations
 
 import glob
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import reduce
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window, functions as F
+
+from amqp_server.storage.records import decode_all
+from dlx.stream_copies import events_of_records
 
 from .derived import with_derived
 from .schema import EVENT_SCHEMA, EVENTS_SCHEMA
@@ -57,7 +63,6 @@ SEGMENT_SUFFIX = ".seg"
 # Stream directories are hex-named; a deleted stream's files wait in
 # `.trash`, which this pattern (and the local glob) never matches.
 SEGMENTS = f"{STREAMS_DIR}/[0-9a-f]*/[0-9a-f]*/*{SEGMENT_SUFFIX}"
-LINES_SCHEMA = "data_dir string, line string"
 DEAD_LETTERED = "dead_lettered"
 # What a stream's copy and the log's line of one death share (see above).
 KEY = ("vhost", "queue", "reason", "death_count", "death_time", "message_id", "body_sha256")
@@ -65,46 +70,24 @@ _KEY_SQL = ("element_at(deaths, 1).`count` AS death_count",
             "element_at(deaths, 1).time AS death_time")
 
 
-def segment_paths(sources: list[LogSource]) -> list[str]:
-    """The segment files of the local data directories, and a glob of them
-    for each URI one (Spark lists those)."""
-    paths: list[str] = []
-    for source in sources:
-        if is_uri(source.data_dir):
-            paths.append(f"{source.data_dir.rstrip('/')}/{SEGMENTS}")
-        else:
-            paths.extend(sorted(glob.glob(str(Path(source.data_dir) / SEGMENTS))))
-    return paths
-
-
 def read_stream_events(spark: SparkSession, sources: list[LogSource]) -> DataFrame | None:
     """Every dead letter the streams hold, as events (the log's schema and
-    the derived columns) with the `data_dir` that holds it; None when no
-    data directory has a stream segment."""
-    from pyspark.errors import AnalysisException
-
-    frames = []
-    local = [path for path in segment_paths(sources) if not is_uri(path)]
-    uris = [path for path in segment_paths(sources) if is_uri(path)]
-    reader = spark.read.format("binaryFile").option("ignoreMissingFiles", "true")
-    if local:
-        # Only the names: the executors read the files themselves, in chunks.
-        frames.append(reader.load(local).select(
-            "path", F.lit(None).cast("binary").alias("content")))
-    for pattern in uris:
-        try:
-            frame = reader.load(pattern)
-            frame.columns  # noqa: B018 -- analysed now: a pattern matching nothing is no stream
-        except AnalysisException as exc:
-            if exc.getCondition() == "PATH_NOT_FOUND":
-                continue
-            raise
-        frames.append(frame.select("path", "content"))
-    if not frames:
+    the derived columns) with the `data_dir` that holds it; None when the
+    streams hold none."""
+    data_dirs: list[str] = []
+    lines: list[str] = []
+    for source in sources:
+        for path, records in _segments(spark, source):
+            vhost, stream = _place(path)
+            for event in events_of_records(vhost, stream, records, body_limit=-1):
+                data_dirs.append(source.data_dir)
+                lines.append(json.dumps(event, separators=(",", ":")))
+    if not lines:
         return None
-    files = reduce(DataFrame.unionByName, frames)
-    lines = files.mapInArrow(_event_lines, LINES_SCHEMA)
-    events = (lines.select("data_dir", F.from_json("line", EVENT_SCHEMA).alias("event"))
+    table = pa.table({"data_dir": pa.array(data_dirs, pa.string()),
+                      "line": pa.array(lines, pa.string())})
+    events = (spark.createDataFrame(table)
+              .select("data_dir", F.from_json("line", EVENT_SCHEMA).alias("event"))
               .select("data_dir", "event.*"))
     # The node: the stream knows none; the data directory's name, as for
     # log lines written before brokers wrote `node` (sources.LogSource.name).
@@ -113,42 +96,40 @@ def read_stream_events(spark: SparkSession, sources: list[LogSource]) -> DataFra
     return with_derived(events).select("data_dir", *EVENTS_SCHEMA.fieldNames())
 
 
-def _event_lines(batches: Iterator) -> Iterator:
-    """(data_dir, JSON line) of each dead letter in the segment files of
-    these batches (path, and the content when it came through Spark): runs
-    on the executors."""
-    import pyarrow as pa
+def _segments(spark: SparkSession, source: LogSource) -> Iterator[tuple[str, Iterable]]:
+    """(path, its records) of each segment of a data directory's streams.
+    A torn tail (the segment being written) is left out, as the broker's
+    recovery would cut it off."""
+    if not is_uri(source.data_dir):
+        for path in sorted(glob.glob(str(Path(source.data_dir) / SEGMENTS))):
+            yield path, _file_records(path)
+        return
+    from pyspark.errors import AnalysisException
 
-    from amqp_server.storage.records import decode_all
-    from dlx.stream_copies import events_of_records
-
-    for batch in batches:
-        data_dirs, lines = [], []
-        for path, content in zip(batch.column("path").to_pylist(),
-                                 batch.column("content").to_pylist()):
-            data_dir, vhost, stream = _place(path)
-            # A torn tail (the segment being written) is left out, as the
-            # broker's recovery would cut it off.
-            records = (decode_all(content)[0] if content is not None
-                       else _file_records(_local(path)))
-            for event in events_of_records(vhost, stream, records):
-                data_dirs.append(data_dir)
-                lines.append(json.dumps(event, separators=(",", ":")))
-        yield pa.RecordBatch.from_arrays([pa.array(data_dirs, pa.string()),
-                                          pa.array(lines, pa.string())],
-                                         names=["data_dir", "line"])
+    pattern = f"{source.data_dir.rstrip('/')}/{SEGMENTS}"
+    try:
+        files = (spark.read.format("binaryFile").option("ignoreMissingFiles", "true")
+                 .load(pattern))
+        files.columns  # noqa: B018 -- analysed now: a pattern matching nothing is no stream
+    except AnalysisException as exc:
+        if exc.getCondition() == "PATH_NOT_FOUND":
+            return
+        raise
+    # One file at a time to the driver: binaryFile reads the content of
+    # the files whose path passes the filter only.
+    for listed in files.select("path").collect():
+        (found,) = files.where(F.col("path") == listed.path).select("content").collect()
+        yield listed.path, decode_all(found.content)[0]
 
 
 def _file_records(path: str) -> Iterator:
     """The records of a local segment file, decoded READ_CHUNK bytes at a
     time: what follows the last whole record waits for the next chunk."""
-    from amqp_server.storage.records import decode_all
-
     pending = b""
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
-        return  # retention removed it since Spark listed it
+        return  # retention removed it since it was listed
     with handle:
         while chunk := handle.read(READ_CHUNK):
             pending += chunk
@@ -157,17 +138,10 @@ def _file_records(path: str) -> Iterator:
             pending = pending[end:]
 
 
-def _local(path: str) -> str:
-    """A file: URI as Spark lists it (file:/a%20b/x) as the plain path."""
-    parts = urlsplit(path)
-    return unquote(parts.path) if parts.scheme == "file" else path
-
-
-def _place(path: str) -> tuple[str, str, str]:
-    """(data directory, vhost, stream) of a segment file Spark listed."""
-    path = _local(path)
-    data_dir, _streams, vhost_hex, stream_hex, _file = path.rsplit("/", 4)
-    return (data_dir, bytes.fromhex(vhost_hex).decode("utf-8", "surrogateescape"),
+def _place(path: str) -> tuple[str, str]:
+    """(vhost, stream) of a segment file, from its directories' hex names."""
+    _rest, vhost_hex, stream_hex, _file = path.rsplit("/", 3)
+    return (bytes.fromhex(vhost_hex).decode("utf-8", "surrogateescape"),
             bytes.fromhex(stream_hex).decode("utf-8", "surrogateescape"))
 
 
