@@ -18,8 +18,11 @@ from .test_spark_audit import audit, pika_channel, publish, read_csv, reject_all
 pyspark = pytest.importorskip("pyspark")
 
 from .test_spark_audit import spark  # noqa: E402
+from .test_spark_fleet import connect_server  # noqa: E402
 
-__all__ = ["spark"]  # the session-scoped fixture, shared with test_spark_audit
+# The fixtures: the session-scoped SparkSession, shared with test_spark_audit,
+# and test_spark_fleet's Spark Connect server.
+__all__ = ["connect_server", "spark"]
 
 STREAM = {"x-queue-type": "stream"}
 STREAMS = ("dead.stream", "dead.copy")
@@ -165,3 +168,20 @@ def test_a_uri_data_directory_has_its_segments_read_through_spark(spark, stream_
     nothing = spark.createDataFrame([], EVENTS_SCHEMA)
     assert counted_once(nothing, copies).count() == 7
     assert read_stream_events(spark, [LogSource((stream_data / "nowhere").as_uri(), ())]) is None
+
+
+def test_through_spark_connect_the_streams_dead_letters_count_the_same(stream_data, tmp_path,
+                                                                       connect_server):
+    """The job stays DataFrame API only (the segments decoded by the
+    audit's own process): a Spark Connect server's executors need no
+    package of ours."""
+    from .test_spark_fleet import run_command
+
+    copy = tmp_path / "broker-s"
+    shutil.copytree(stream_data, copy)
+    shutil.rmtree(copy / "dead-letters")
+    run_command("--data-dir", str(copy), "--out", str(tmp_path / "remote"), "--no-compact",
+                "--remote", connect_server)
+    summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
+    assert summary["events"] == 7 and summary["by_reason"] == BY_REASON
+    assert per_queue(tmp_path / "remote") == EXPECTED_QUEUES
