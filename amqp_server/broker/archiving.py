@@ -20,13 +20,13 @@ One batch per queue is in flight at a time (at most BATCH messages and
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import multiprocessing
 import os
 import secrets
 import sys
 import time
-from base64 import b64encode
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -49,10 +49,12 @@ def _death_time(entry) -> int | None:
     return None if history is None else history.deaths[0].time
 
 
-def archive_lines(items: list, node: str, now: float) -> tuple[list[str], list[str]]:
+def archive_records(items: list, node: str, now: float) -> tuple[list[dict], list[str]]:
     """(archive records, the dead-letter log heads) of withdrawn messages:
-    items are (vhost, queue, message snapshot, event id)."""
-    lines, heads = [], []
+    items are (vhost, queue, message snapshot, event id).  A record is the
+    message's dead-letter log line (so both hold the same), with its
+    content header as stored."""
+    records, heads = [], []
     node_field = node_member(node)
     shared: dict = {}  # dead letters that died together share their history object
     for vhost, queue, (exchange, keys, history, header, body), event_id in items:
@@ -61,10 +63,10 @@ def archive_lines(items: list, node: str, now: float) -> tuple[list[str], list[s
         if head is None:
             head = shared[key] = archive_head(vhost, queue, exchange, keys, history, now)
         heads.append(head)
-        lines.append(event_line(head, header, body, sys.maxsize,
-                                f'{node_field},"content_header":"{b64encode(header).decode()}"',
-                                event_id))
-    return lines, heads
+        record = json.loads(event_line(head, header, body, sys.maxsize, node_field, event_id))
+        record["content_header"] = header
+        records.append(record)
+    return records, heads
 
 
 _FILES: dict[str, ArchiveFiles] = {}  # the writer process's, per directory
@@ -77,8 +79,8 @@ def write_batch(directory: str, node: str, items: list, now: float) -> tuple[str
     files = _FILES.get(directory)
     if files is None:
         files = _FILES[directory] = ArchiveFiles(directory)
-    lines, heads = archive_lines(items, node, now)
-    return str(files.write(node, lines, now)), heads
+    records, heads = archive_records(items, node, now)
+    return str(files.write(node, records, now)), heads
 
 
 def _behind_the_broker() -> None:
