@@ -78,6 +78,16 @@ def test_temporary_files_a_crash_left_go_at_open_and_are_never_read(tmp_path):
     assert not torn.exists() and kept.exists()
 
 
+def test_a_file_damaged_after_it_was_written_is_skipped_and_said(tmp_path, caplog):
+    files = ArchiveFiles(tmp_path)
+    files.open()
+    damaged = files.write("n", [{"vhost": "/", "queue": "q", "message_id": "a"}], 0.0)
+    kept = files.write("n", [{"vhost": "/", "queue": "q", "message_id": "b"}], 0.0)
+    damaged.write_bytes(damaged.read_bytes()[:-30])
+    assert [r["message_id"] for r in files.records("/", "q")] == ["b"]
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)
+
+
 def test_the_redriven_ledger_remembers_ids(tmp_path):
     files = ArchiveFiles(tmp_path)
     files.open()
