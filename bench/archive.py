@@ -66,7 +66,7 @@ def writer(count: int, body_size: int) -> dict:
     try:
         files = ArchiveFiles(directory)
         files.open()
-        files.write("warm-up", [], time.time())  # pyarrow imported outside the clock
+        files.write("warm-up", {}, time.time())  # pyarrow imported outside the clock
         started = time.perf_counter()
         written = 0
         for start in range(0, count, BATCH):

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from dlx.retention import due
 
-from ..storage.archive import ArchiveFiles
-from ..storage.dead_letter_lines import event_line, node_member
+from ..storage.archive import CONTENT_HEADER, RECORD_FIELDS, ArchiveFiles
+from ..storage.dead_letter_lines import event_fields
 from .dead_letter_events import archive_head
 from .queue.census import history_of
 
@@ -49,24 +49,26 @@ def _death_time(entry) -> int | None:
     return None if history is None else history.deaths[0].time
 
 
-def archive_records(items: list, node: str, now: float) -> tuple[list[dict], list[str]]:
-    """(archive records, the dead-letter log heads) of withdrawn messages:
-    items are (vhost, queue, message snapshot, event id).  A record is the
-    message's dead-letter log line (so both hold the same), with its
-    content header as stored."""
-    records, heads = [], []
-    node_field = node_member(node)
+def archive_records(items: list, node: str, now: float) -> tuple[dict[str, list], list[str]]:
+    """(archive records as columns, the dead-letter log heads) of withdrawn
+    messages: items are (vhost, queue, message snapshot, event id).  A
+    record holds the fields of the message's dead-letter log line (the same
+    head, event_fields as event_line's), with its content header as stored."""
+    columns: dict[str, list] = {name: [] for name in RECORD_FIELDS}
+    heads = []
     shared: dict = {}  # dead letters that died together share their history object
     for vhost, queue, (exchange, keys, history, header, body), event_id in items:
         key = (vhost, queue, exchange, keys, id(history))
-        head = shared.get(key)
-        if head is None:
-            head = shared[key] = archive_head(vhost, queue, exchange, keys, history, now)
-        heads.append(head)
-        record = json.loads(event_line(head, header, body, sys.maxsize, node_field, event_id))
-        record["content_header"] = header
-        records.append(record)
-    return records, heads
+        found = shared.get(key)
+        if found is None:
+            head = archive_head(vhost, queue, exchange, keys, history, now)
+            found = shared[key] = (head, json.loads(head + "}"))
+        heads.append(found[0])
+        record = {**found[1], **event_fields(header, body, sys.maxsize), "event_id": event_id,
+                  "node": node, CONTENT_HEADER: header}
+        for name, column in columns.items():
+            column.append(record.get(name))
+    return columns, heads
 
 
 _FILES: dict[str, ArchiveFiles] = {}  # the writer process's, per directory
@@ -79,8 +81,8 @@ def write_batch(directory: str, node: str, items: list, now: float) -> tuple[str
     files = _FILES.get(directory)
     if files is None:
         files = _FILES[directory] = ArchiveFiles(directory)
-    records, heads = archive_records(items, node, now)
-    return str(files.write(node, records, now)), heads
+    columns, heads = archive_records(items, node, now)
+    return str(files.write(node, columns, now)), heads
 
 
 def _behind_the_broker() -> None:

@@ -33,12 +33,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+from dlx.events import FIELD_NAMES
+
 from .files import fsync_dir
 
 ARCHIVE_DIR = "dead-letter-archive"
 SUFFIX = ".parquet"
 PREFIX = "archive-"
 LEDGER = "redriven.ndjson"
+# The AMQP content header as stored: the one field beyond the log's.
+CONTENT_HEADER = "content_header"
+RECORD_FIELDS = (*FIELD_NAMES, CONTENT_HEADER)
 
 
 class ArchiveFiles:
@@ -58,9 +63,10 @@ class ArchiveFiles:
         for leftover in self.directory.rglob(f".{PREFIX}*.tmp"):
             leftover.unlink(missing_ok=True)
 
-    def write(self, node: str, records: list[dict], now: float) -> Path:
-        """One batch of records (dicts of archive_parquet.SCHEMA's fields)
-        as one new file, durable when this returns."""
+    def write(self, node: str, columns: dict[str, list], now: float) -> Path:
+        """One batch of records, given as columns (RECORD_FIELDS' names ->
+        a value per record; a column not given is null), as one new file,
+        durable when this returns."""
         from . import archive_parquet
 
         day = time.strftime("%Y-%m-%d", time.gmtime(now))
@@ -71,7 +77,7 @@ class ArchiveFiles:
         name = f"{PREFIX}{stamp}-{os.getpid()}-{self._counter:06d}{SUFFIX}"
         temporary = part / f".{name}.tmp"
         with open(temporary, "wb") as handle:
-            archive_parquet.write(handle, records)
+            archive_parquet.write(handle, columns)
             handle.flush()
             os.fsync(handle.fileno())
         final = part / name
