@@ -54,20 +54,33 @@ def archive_records(items: list, node: str, now: float) -> tuple[dict[str, list]
     messages: items are (vhost, queue, message snapshot, event id).  A
     record holds the fields of the message's dead-letter log line (the same
     head, event_fields as event_line's), with its content header as stored."""
-    columns: dict[str, list] = {name: [] for name in RECORD_FIELDS}
-    heads = []
+    heads: list[str] = []
+    if not items:
+        return {}, heads
+    shared_fields, own_fields = [], []
     shared: dict = {}  # dead letters that died together share their history object
-    for vhost, queue, (exchange, keys, history, header, body), event_id in items:
+    parsed: dict[str, dict] = {}  # and dead letters of one history its head
+    for vhost, queue, (exchange, keys, history, header, body), _event_id in items:
         key = (vhost, queue, exchange, keys, id(history))
-        found = shared.get(key)
-        if found is None:
-            head = archive_head(vhost, queue, exchange, keys, history, now)
-            found = shared[key] = (head, json.loads(head + "}"))
-        heads.append(found[0])
-        record = {**found[1], **event_fields(header, body, sys.maxsize), "event_id": event_id,
-                  "node": node, CONTENT_HEADER: header}
-        for name, column in columns.items():
-            column.append(record.get(name))
+        head = shared.get(key)
+        if head is None:
+            head = shared[key] = archive_head(vhost, queue, exchange, keys, history, now)
+        fields = parsed.get(head)
+        if fields is None:
+            fields = parsed[head] = json.loads(head + "}")
+        heads.append(head)
+        shared_fields.append(fields)
+        own_fields.append(event_fields(header, body, sys.maxsize))
+    # Column by column (comprehensions, not an append per field and record).
+    columns: dict[str, list] = {}
+    for name in RECORD_FIELDS:
+        if name in shared_fields[0]:
+            columns[name] = [fields[name] for fields in shared_fields]
+        elif name in own_fields[0]:
+            columns[name] = [fields[name] for fields in own_fields]
+    columns["event_id"] = [item[3] for item in items]
+    columns["node"] = [node] * len(items)
+    columns[CONTENT_HEADER] = [item[2][3] for item in items]
     return columns, heads
 
 
