@@ -1,12 +1,15 @@
 """The broker's own install is lean: `pip install amqp-server` and
-./scripts/serve bring the broker and its dependencies (uvloop among them),
-nothing of the audit, the tests or the fuzzer, which are extras.  In a venv
-with the base install alone the broker starts and answers, amqpctl works,
-and amqp-dlq-audit says in one line which extra it needs; in the test venv,
-where everything is installed, the broker still imports none of it."""
+./scripts/serve bring the broker and its dependencies (uvloop among them,
+and pyarrow, which writes the dead-letter archive), nothing of the audit,
+the tests or the fuzzer, which are extras.  In a venv with the base install
+alone the broker starts and answers, amqpctl works, and amqp-dlq-audit says
+in one line which extra it needs; in the test venv, where everything is
+installed, the broker still imports none of it, nor pyarrow: only its
+archive's writer process loads that."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import re
@@ -14,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,9 +27,11 @@ from .rawclient import RawClient
 ROOT = Path(__file__).resolve().parents[1]
 # What the extras bring (audit, test, fuzz), by import name: the broker's
 # code paths import none of them.
-EXTRAS = ("pyspark", "py4j", "pandas", "pyarrow", "numpy", "matplotlib", "rich", "grpc",
+EXTRAS = ("pyspark", "py4j", "pandas", "numpy", "matplotlib", "rich", "grpc",
           "pytest", "hypothesis", "pika", "aio_pika", "trustme", "kombu", "amqp", "celery",
           "selenium", "prometheus_client", "atheris")
+# Installed with the broker, loaded only by the archive's writer process.
+WRITER_ONLY = ("pyarrow",)
 # pip's words when it could not reach an index (as opposed to a requirement
 # that no index has).
 UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection",
@@ -117,10 +123,10 @@ def handshake_and_declare(port: int, queue: str) -> None:
     client.close()
 
 
-def test_the_base_install_brings_the_broker_and_uvloop_and_no_extra(base_venv):
+def test_the_base_install_brings_the_broker_uvloop_and_pyarrow_and_no_extra(base_venv):
     python = base_venv / "bin" / "python"
-    assert importable(python, ["amqp_server", "dlx", "policies", "uvloop"]) == [
-        "amqp_server", "dlx", "policies", "uvloop"]
+    assert importable(python, ["amqp_server", "dlx", "policies", "uvloop", "pyarrow"]) == [
+        "amqp_server", "dlx", "policies", "uvloop", "pyarrow"]
     assert importable(python, EXTRAS) == []
 
 
@@ -158,8 +164,8 @@ def test_the_broker_and_amqpctl_import_none_of_the_extras(tmp_path):
         assert ctl.returncode == 0, ctl.stderr[-2000:]
     finally:
         err = broker.stop()
-    assert imported(err) & set(EXTRAS) == set()
-    assert imported(ctl.stderr) & set(EXTRAS) == set()
+    assert imported(err) & set(EXTRAS + WRITER_ONLY) == set()
+    assert imported(ctl.stderr) & set(EXTRAS + WRITER_ONLY) == set()
     assert "uvloop" in imported(err)
 
 
@@ -175,4 +181,31 @@ def test_scripts_serve_installs_nothing_again_and_imports_no_extra():
     assert done.stdout.startswith("usage: amqp-server")
     assert not [line for line in done.stderr.splitlines()
                 if not line.startswith("import time:")], done.stderr[-2000:]
-    assert imported(done.stderr) & set(EXTRAS) == set()
+    assert imported(done.stderr) & set(EXTRAS + WRITER_ONLY) == set()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/<pid>/maps")
+def test_the_broker_archives_as_parquet_without_loading_pyarrow_itself(tmp_path):
+    """Retention archives a dead letter (a Parquet file appears) while the
+    broker's own process maps no Arrow library: its writer process does."""
+    import pika
+
+    broker = Broker(Path(sys.executable).parent, tmp_path / "data")
+    try:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+        channel = conn.channel()
+        channel.queue_declare("lean.dlq", arguments={"x-dead-letter-retention": 1000})
+        channel.basic_publish("", "lean.dlq", b"old", pika.BasicProperties(headers={
+            "x-death": [{"queue": "work", "reason": "rejected", "count": 1,
+                         "time": datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC),
+                         "exchange": "", "routing-keys": ["work"]}]}))
+        conn.close()
+        archive = tmp_path / "data" / "dead-letter-archive"
+        deadline = time.monotonic() + 30
+        while not list(archive.rglob("archive-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(archive.rglob("archive-*.parquet"))
+        maps = Path(f"/proc/{broker.proc.pid}/maps").read_text()
+        assert "libarrow" not in maps
+    finally:
+        broker.stop()

@@ -575,11 +575,11 @@ def test_count_headers_a_publisher_set_to_text_count_nothing(spark, tmp_path):
     assert row["delivery_count"] == ""
 
 
-def test_the_audit_reads_what_retention_archived_into_its_dataset(spark, tmp_path):
-    """Dead letters archived by retention are compacted into the audit's
-    Parquet dataset (its schema, node= and day= partitions) whole: body,
-    properties, death history; they are counted as archived, not as
-    deaths, once each though the log records their removal too."""
+def test_the_audit_reads_what_retention_archived_as_it_is_and_counts_it_apart(spark, tmp_path):
+    """Dead letters archived by retention are read from the archive's
+    Parquet files as they are, never compacted (they are Parquet of the
+    audit's schema already); they are counted as archived, not as deaths,
+    once each though the log records their removal too."""
     data_dir = tmp_path / "broker-r"
     config = BrokerConfig(port=0, management_port=0, node_name="broker-r")
     with BrokerThread(config, data_dir=str(data_dir)) as broker:
@@ -596,20 +596,67 @@ def test_the_audit_reads_what_retention_archived_into_its_dataset(spark, tmp_pat
             assert wait_for(lambda: broker.call(
                 lambda: broker.broker.archiver.archived) == 2, 15)
     (source,), _ = local_sources([str(data_dir)])
-    assert len(source.archived) == 1 and source.sealed[-1:] == source.archived
+    assert len(source.archived) == 1 and source.archived[0].endswith(".parquet")
+    assert not set(source.sealed) & set(source.archived)
     summary = audit(spark, data_dir, tmp_path / "out")
     assert summary["events"] == 2  # the two deaths
     assert summary["archived"] == 2
-    assert summary["_run"]["compacted_files"] == 1  # the archive file
-    dataset = data_dir / "dead-letters-parquet" / "events"
-    assert list(dataset.glob("node=broker-r/day=*"))
-    rows = (spark.read.parquet(str(dataset)).where("outcome = 'archived'")
-            .orderBy("message_id").collect())
-    assert [row.message_id for row in rows] == ["kept-0", "kept-1"]
-    first = rows[0]
-    assert first.queue == "r.dlq" and first.reason == "rejected"
-    assert first.body_included and first.body == "a2VwdC0w"  # base64 of kept-0
-    assert json.loads(first.properties["content_type"]) == "text/plain"
-    assert json.loads(first.headers["tenant"]) == "acme"
-    assert [(d.queue, d.reason, d["count"]) for d in first.deaths] == [("r.work", "rejected", 1)]
-    assert first.node == "broker-r"
+    checkpoint = data_dir / "dead-letters-parquet" / "checkpoint"
+    named = "".join(path.read_text() for path in checkpoint.glob("*") if path.is_file()) \
+        if checkpoint.exists() else ""
+    assert "archive-" not in named  # never compacted
+    again = audit(spark, data_dir, tmp_path / "again")
+    assert (again["events"], again["archived"]) == (2, 2)
+
+
+def test_an_archive_file_read_by_spark_holds_body_properties_and_whole_death_history(
+        spark, tmp_path):
+    """A message rejected twice, then retained: its archive file, read by
+    Spark with the audit's schema (and without one: the content header is
+    there too), holds its body, properties, headers and its whole x-death
+    history: queue, reason, count 2, exchange, routing keys."""
+    from spark.schema import EVENT_SCHEMA
+
+    data_dir = tmp_path / "broker-t"
+    config = BrokerConfig(port=0, management_port=0, node_name="broker-t")
+    with BrokerThread(config, data_dir=str(data_dir)) as broker:
+        with pika_channel(broker.url) as channel:
+            channel.exchange_declare("t.in", "direct")
+            channel.exchange_declare("t.dlx", "fanout")
+            channel.queue_declare("t.work", arguments={"x-dead-letter-exchange": "t.dlx"})
+            channel.queue_bind("t.work", "t.in", "order.created")
+            channel.queue_bind("t.work", "t.dlx")  # the first rejection comes back
+            channel.basic_publish("t.in", "order.created", b"poison", pika.BasicProperties(
+                message_id="twice", content_type="text/plain", delivery_mode=2,
+                headers={"tenant": "acme"}))
+            reject_all(channel, "t.work", 1)
+            channel.queue_unbind("t.work", "t.dlx")
+            channel.queue_declare("t.dlq", durable=True,
+                                  arguments={"x-dead-letter-retention": 300})
+            channel.queue_bind("t.dlq", "t.dlx")
+            assert wait_for(lambda: queue_depth(channel, "t.work") == 1)
+            reject_all(channel, "t.work", 1)
+            assert wait_for(lambda: broker.call(
+                lambda: broker.broker.archiver.archived) == 1, 15)
+    (source,), _ = local_sources([str(data_dir)])
+    (path,) = source.archived
+    assert "/node=broker-t/day=" in path
+    (row,) = spark.read.schema(EVENT_SCHEMA).parquet(path).collect()
+    assert (row.outcome, row.vhost, row.queue, row.reason) == (
+        "archived", "/", "t.dlq", "rejected")
+    assert row.message_id == "twice" and row.node == "broker-t"
+    assert row.body_included and row.body == "cG9pc29u"  # base64 of poison
+    assert row.body_size == 6
+    assert json.loads(row.properties["content_type"]) == "text/plain"
+    assert json.loads(row.properties["delivery_mode"]) == 2
+    assert json.loads(row.headers["tenant"]) == "acme"
+    assert "x-death" not in row.headers  # the history is `deaths`
+    (death,) = row.deaths
+    assert (death.queue, death.reason, death["count"], death.exchange,
+            list(death.routing_keys)) == ("t.work", "rejected", 2, "t.in", ["order.created"])
+    assert death.time > 0
+    assert (row.first_death_queue, row.first_death_reason, row.first_death_exchange) == (
+        "t.work", "rejected", "t.in")
+    full = spark.read.parquet(path)
+    assert dict(full.dtypes)["content_header"] == "binary"
+    assert bytes(full.collect()[0].content_header)[:2] == b"\x00\x3c"  # class basic

@@ -58,7 +58,7 @@ install_for() {
     fi
     if [ "$what" = serve ]; then
         say "installing the broker and its dependencies: $(requirements "")" \
-            "(about 60 MB, once)"
+            "(about 230 MB, once)"
         target="$root"
     else
         say "installing the broker with the test extra: $(requirements test)" \

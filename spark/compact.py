@@ -1,6 +1,7 @@
 """Incremental compaction of the brokers' dead-letter logs into one Parquet
 dataset, and reading every event back: Parquet for what was compacted, JSON
-for the rest.
+for the rest, and retention's archive, which the broker writes as Parquet
+of the same schema (read as it is, never compacted).
 
 A broker writes one log file at a time; every file but its newest is sealed
 and can be compacted.  Each run compacts the sealed files the checkpoint
@@ -59,6 +60,14 @@ def read_json(spark: SparkSession, source: LogSource, files: list[str]) -> DataF
                                                              F.lit(source.name))))
 
 
+def read_archive(spark: SparkSession, source: LogSource) -> DataFrame:
+    """One broker's archive files (Parquet: the event's fields and the
+    content header, which this schema leaves out) as events."""
+    events = spark.read.schema(EVENT_SCHEMA).parquet(*source.archived)
+    return with_derived(events.withColumn("node", F.coalesce(F.col("node"),
+                                                             F.lit(source.name))))
+
+
 def _union(spark: SparkSession, frames: list[DataFrame]) -> DataFrame:
     if not frames:
         return spark.createDataFrame([], EVENTS_SCHEMA)
@@ -97,14 +106,16 @@ def compact(spark: SparkSession, parquet_dir: str,
 def read_events(spark: SparkSession, sources: list[LogSource], parquet_dir: str,
                 done: Checkpoint, partitions=None) -> DataFrame:
     """Every event with its derived columns: the compacted Parquet (only the
-    partitions `partitions` keeps, when given) and the JSON not compacted
-    yet; Spark then reads only the columns a query uses."""
+    partitions `partitions` keeps, when given), the JSON not compacted
+    yet and the archive; Spark then reads only the columns a query uses."""
     frames = []
     for source in sources:
         compacted = done.compacted(source.data_dir)
-        files = [path for path in source.every_file if _name(path) not in compacted]
+        files = [path for path in source.files if _name(path) not in compacted]
         if files:
             frames.append(read_json(spark, source, files))
+        if source.archived:
+            frames.append(read_archive(spark, source))
     batches = done.batches([source.data_dir for source in sources])
     if batches:
         parquet = spark.read.schema(COMPACTED_SCHEMA).parquet(f"{parquet_dir}/{EVENTS}")

@@ -21,11 +21,12 @@ from urllib.parse import unquote, urlsplit
 
 LOG_DIR = "dead-letters"
 LOG_SUFFIX = ".ndjson"
-# Retention's archive (the broker's storage/archive.py): records of the log's
-# fields, outcome `archived`, partitioned node=/day=; every file is sealed
-# (written whole, then renamed into place).
+# Retention's archive (the broker's storage/archive.py): Parquet files of the
+# log's fields (and the content header, which the audit leaves out), outcome
+# `archived`, partitioned node=/day=; each file written whole, then renamed
+# into place.  Already Parquet: read as it is, never compacted.
 ARCHIVE_DIR = "dead-letter-archive"
-ARCHIVE_PATTERN = "archive-*" + LOG_SUFFIX
+ARCHIVE_PATTERN = "archive-*.parquet"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -52,15 +53,8 @@ class LogSource:
 
     @property
     def sealed(self) -> tuple[str, ...]:
-        return self.files[:-1] + self.archived
-
-    @property
-    def every_file(self) -> tuple[str, ...]:
-        return self.files + self.archived
-
-    @property
-    def every_size(self) -> tuple[int, ...]:
-        return self.sizes + self.archived_sizes
+        """The log files that can be compacted: all but the newest."""
+        return self.files[:-1]
 
 
 def is_uri(spec: str) -> bool:

@@ -6,16 +6,22 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import sys
 
+import pyarrow.parquet as pq
 import pytest
 
-from amqp_server.broker.archiving import RETRY_SECONDS, Archiver
+from amqp_server.broker.archiving import RETRY_SECONDS, Archiver, archive_records
 from amqp_server.broker.broker import Broker
 from amqp_server.broker.message import Message
+from amqp_server.broker.queue.census import history_of
 from amqp_server.config import BrokerConfig
+from amqp_server.storage import archive_parquet
 from amqp_server.storage.archive import ArchiveFiles
+from amqp_server.storage.dead_letter_lines import event_line, node_member
 from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
+from dlx.events import DEATH_FIELDS, FIELD_NAMES
 
 DIED = 1_700_000_000  # s
 
@@ -43,25 +49,62 @@ def dlq(broker, retention: int = 1000):
     return vhost.queues["dlq"]
 
 
-def test_a_batch_is_one_file_in_its_node_and_day_partition(tmp_path):
+def test_a_batch_is_one_parquet_file_in_its_node_and_day_partition(tmp_path):
     files = ArchiveFiles(tmp_path / "archive")
     files.open()
-    path = files.write("node a/b", ['{"x":1}\n', '{"x":2}\n'], 0.0)
+    path = files.write("node a/b", {"queue": ["q1", "q2"], "body_size": [1, 2]}, 0.0)
     assert path.parent.name == "day=1970-01-01"
     assert path.parent.parent.name == "node=node%20a%2Fb"
-    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"x": 1}, {"x": 2}]
+    assert path.suffix == ".parquet" and path.read_bytes()[:4] == b"PAR1"
+    table = pq.read_table(path)
+    assert table.schema.field("deaths").type == archive_parquet.SCHEMA.field("deaths").type
+    assert table.column("queue").to_pylist() == ["q1", "q2"]
+    assert table.column("body_size").to_pylist() == [1, 2]
     assert files.files() == [path]
+
+
+def test_the_schema_is_the_dead_letter_events_fields_and_the_content_header():
+    assert archive_parquet.SCHEMA.names == [*FIELD_NAMES, "content_header"]
+    deaths = archive_parquet.SCHEMA.field("deaths").type.value_type
+    assert [field.name for field in deaths] == [name for name, _ in DEATH_FIELDS]
+    assert str(archive_parquet.SCHEMA.field("headers").type) == "map<string, string>"
+
+
+def test_an_archive_record_holds_what_the_dead_letter_log_line_of_the_message_holds():
+    """The archive's columns and the log's line are built apart (values
+    for Parquet, JSON text for the log) from the same head: equal fields."""
+    message = dead_letter(7)
+    history = history_of(message)
+    item = ("/", "dlq", (message.exchange, message.routing_keys, history, message.header,
+                         message.body), "e-7")
+    columns, (head,) = archive_records([item], "n1", DIED + 60.0)
+    record = {name: column[0] for name, column in columns.items()}
+    assert record.pop("content_header") == message.header
+    line = json.loads(event_line(head, message.header, message.body, sys.maxsize,
+                                 node_member("n1"), "e-7"))
+    assert record == line
+    assert record["properties"] == {"message_id": '"m7"'}
 
 
 def test_temporary_files_a_crash_left_go_at_open_and_are_never_read(tmp_path):
     files = ArchiveFiles(tmp_path)
     files.open()
-    kept = files.write("n", ['{"vhost":"/","queue":"q"}\n'], 0.0)
-    torn = kept.parent / ".archive-x.ndjson.tmp"
-    torn.write_text('{"vhost":"/","qu')
+    kept = files.write("n", {"vhost": ["/"], "queue": ["q"]}, 0.0)
+    torn = kept.parent / ".archive-x.parquet.tmp"
+    torn.write_bytes(kept.read_bytes()[:20])
     assert [r["queue"] for r in files.records("/", "q")] == ["q"]
     ArchiveFiles(tmp_path).open()
     assert not torn.exists() and kept.exists()
+
+
+def test_a_file_damaged_after_it_was_written_is_skipped_and_said(tmp_path, caplog):
+    files = ArchiveFiles(tmp_path)
+    files.open()
+    damaged = files.write("n", {"vhost": ["/"], "queue": ["q"], "message_id": ["a"]}, 0.0)
+    files.write("n", {"vhost": ["/"], "queue": ["q"], "message_id": ["b"]}, 0.0)
+    damaged.write_bytes(damaged.read_bytes()[:-30])
+    assert [r["message_id"] for r in files.records("/", "q")] == ["b"]
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)
 
 
 def test_the_redriven_ledger_remembers_ids(tmp_path):
@@ -87,6 +130,8 @@ def test_due_dead_letters_are_archived_then_removed_the_rest_stays(broker):
     assert [r["message_id"] for r in records] == ["m0", "m1", "m2"]
     assert records[0]["reason"] == "expired" and records[0]["exchange"] == "dlx"
     assert records[0]["deaths"][0]["time"] == DIED * 1_000_000
+    assert records[0]["outcome"] == "archived" and records[0]["body"] == "Ym9keSAw"
+    assert records[0]["content_header"] == dead_letter(0).header
 
 
 def test_a_failed_write_puts_the_messages_back_and_waits_before_trying_again(broker):
@@ -130,7 +175,6 @@ def test_a_crash_between_the_durable_record_and_the_removal_archives_again_never
     broker died in between): after the restart the messages are back and
     archived again: duplicates in the archive, nothing lost."""
     from amqp_server.broker.archiving import write_batch
-    from amqp_server.broker.queue.census import history_of
 
     config = BrokerConfig(data_dir=str(tmp_path / "data"), node_name="n1")
     first = Broker(config)

@@ -38,6 +38,31 @@ def test_paths_and_globs_name_data_directories_with_their_files_oldest_first(tmp
     assert [s.name for s in unique(again)] == ["eu-1", "eu-2"]
 
 
+def test_the_archive_s_parquet_files_are_listed_apart_and_never_compacted(tmp_path):
+    data_dir = broker_dir(tmp_path, "eu-1", "dead-letters-20260101T000000-1-000001.ndjson")
+    day = data_dir / "dead-letter-archive" / "node=eu-1" / "day=2026-01-01"
+    day.mkdir(parents=True)
+    for name in ("archive-20260101T000002-1-000002.parquet",
+                 "archive-20260101T000001-1-000001.parquet",
+                 ".archive-20260101T000003-1-000003.parquet.tmp"):  # a crash's leftover
+        (day / name).write_bytes(b"PAR1")
+    (data_dir / "dead-letter-archive" / "redriven.ndjson").write_text("{}\n")
+    (source,), notes = local_sources([str(data_dir)])
+    assert [os.path.basename(f) for f in source.archived] == [
+        "archive-20260101T000001-1-000001.parquet", "archive-20260101T000002-1-000002.parquet"]
+    assert source.archived_sizes == (4, 4)
+    assert source.sealed == ()  # the newest log file is still written; the archive is
+    # Parquet already: nothing to compact
+
+
+def test_a_data_directory_with_an_archive_and_no_log_is_no_note(tmp_path):
+    day = tmp_path / "eu-1" / "dead-letter-archive" / "node=eu-1" / "day=2026-01-01"
+    day.mkdir(parents=True)
+    (day / "archive-20260101T000001-1-000001.parquet").write_bytes(b"PAR1")
+    (source,), notes = local_sources([str(tmp_path / "eu-1")])
+    assert source.files == () and len(source.archived) == 1 and notes == []
+
+
 def test_a_data_directory_without_a_log_yet_is_a_note_not_an_error(tmp_path):
     (tmp_path / "fresh").mkdir()
     sources, notes = local_sources([str(tmp_path / "fresh")])

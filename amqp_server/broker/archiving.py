@@ -20,21 +20,21 @@ One batch per queue is in flight at a time (at most BATCH messages and
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import multiprocessing
 import os
 import secrets
 import sys
 import time
-from base64 import b64encode
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from dlx.retention import due
 
-from ..storage.archive import ArchiveFiles
-from ..storage.dead_letter_lines import event_line, node_member
+from ..storage.archive import CONTENT_HEADER, RECORD_FIELDS, ArchiveFiles
+from ..storage.dead_letter_lines import event_fields
 from .dead_letter_events import archive_head
 from .queue.census import history_of
 
@@ -49,22 +49,39 @@ def _death_time(entry) -> int | None:
     return None if history is None else history.deaths[0].time
 
 
-def archive_lines(items: list, node: str, now: float) -> tuple[list[str], list[str]]:
-    """(archive records, the dead-letter log heads) of withdrawn messages:
-    items are (vhost, queue, message snapshot, event id)."""
-    lines, heads = [], []
-    node_field = node_member(node)
+def archive_records(items: list, node: str, now: float) -> tuple[dict[str, list], list[str]]:
+    """(archive records as columns, the dead-letter log heads) of withdrawn
+    messages: items are (vhost, queue, message snapshot, event id).  A
+    record holds the fields of the message's dead-letter log line (the same
+    head, event_fields as event_line's), with its content header as stored."""
+    heads: list[str] = []
+    if not items:
+        return {}, heads
+    shared_fields, own_fields = [], []
     shared: dict = {}  # dead letters that died together share their history object
-    for vhost, queue, (exchange, keys, history, header, body), event_id in items:
+    parsed: dict[str, dict] = {}  # and dead letters of one history its head
+    for vhost, queue, (exchange, keys, history, header, body), _event_id in items:
         key = (vhost, queue, exchange, keys, id(history))
         head = shared.get(key)
         if head is None:
             head = shared[key] = archive_head(vhost, queue, exchange, keys, history, now)
+        fields = parsed.get(head)
+        if fields is None:
+            fields = parsed[head] = json.loads(head + "}")
         heads.append(head)
-        lines.append(event_line(head, header, body, sys.maxsize,
-                                f'{node_field},"content_header":"{b64encode(header).decode()}"',
-                                event_id))
-    return lines, heads
+        shared_fields.append(fields)
+        own_fields.append(event_fields(header, body, sys.maxsize))
+    # Column by column (comprehensions, not an append per field and record).
+    columns: dict[str, list] = {}
+    for name in RECORD_FIELDS:
+        if name in shared_fields[0]:
+            columns[name] = [fields[name] for fields in shared_fields]
+        elif name in own_fields[0]:
+            columns[name] = [fields[name] for fields in own_fields]
+    columns["event_id"] = [item[3] for item in items]
+    columns["node"] = [node] * len(items)
+    columns[CONTENT_HEADER] = [item[2][3] for item in items]
+    return columns, heads
 
 
 _FILES: dict[str, ArchiveFiles] = {}  # the writer process's, per directory
@@ -77,8 +94,8 @@ def write_batch(directory: str, node: str, items: list, now: float) -> tuple[str
     files = _FILES.get(directory)
     if files is None:
         files = _FILES[directory] = ArchiveFiles(directory)
-    lines, heads = archive_lines(items, node, now)
-    return str(files.write(node, lines, now)), heads
+    columns, heads = archive_records(items, node, now)
+    return str(files.write(node, columns, now)), heads
 
 
 def _behind_the_broker() -> None:

@@ -10,8 +10,9 @@ on disk).  The archive itself never changes: a redriven record stays, and
 a ledger beside it says when it was redriven, so a search shows it and a
 second redrive of it needs `again`.
 
-Reading and searching files runs in a worker thread; rebuilding and
-publishing on the event loop, as every publish does.
+Reading and searching files runs in a worker thread (the first search
+loads pyarrow there, storage/archive_parquet.py: the event loop never
+does); rebuilding and publishing on the event loop, as every publish does.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ class NotArchived(ValueError):
 
 def rebuilt(record: dict) -> Message:
     """The message an archive record holds, as it was in its queue."""
+    header = record.get("content_header")
     try:
-        header = base64.b64decode(record["content_header"], validate=True)
+        if not isinstance(header, bytes):
+            raise TypeError("no content header")
         body = base64.b64decode(record["body"] or "", validate=True)
     except (KeyError, TypeError, binascii.Error) as exc:
         raise NotArchived(f"record {record.get('event_id')} cannot be rebuilt: {exc}") \

@@ -2,17 +2,14 @@
 their queue (broker/archiving.py), for the audit to read and the workbench
 to search and redrive.
 
-Why JSON lines and not Parquet: the broker's own install has no Parquet
-writer (pyarrow comes with the audit extra, 100+ MB), and the audit
-already turns the dead-letter log's JSON lines into its Parquet dataset.
-So an archive record is a dead-letter log line (dlx/events.py's fields:
-the same schema), with outcome `archived`, the body always in full, the
-whole death history, and one more field the audit's schema leaves out:
-`content_header`, the AMQP content header as stored (base64), so that a
-redrive republishes the message's properties byte for byte.  Files are
-partitioned as the audit's dataset is, by node and day
-(`node=<node>/day=<YYYY-MM-DD>/archive-....ndjson`), and the audit
-compacts them into it (spark/sources.py).
+Each batch is one Parquet file (storage/archive_parquet.py: zstd, the
+dead-letter event's schema from dlx/events.py, so the audit reads it with
+its own schema), partitioned as the audit's dataset is, by node and day
+(`node=<node>/day=<YYYY-MM-DD>/archive-....parquet`).  A record is the
+dead-letter log's line of the message with outcome `archived`, the body
+always in full, the whole death history, and one more field the audit's
+schema leaves out: `content_header`, the AMQP content header as stored, so
+that a redrive republishes the message's properties byte for byte.
 
 Crash safety: each batch is one file, written under a temporary name,
 fsynced, renamed into place and its directory fsynced (storage/files.py)
@@ -21,6 +18,10 @@ before that leaves at most a temporary file, removed at the next start;
 a crash after it, before the queue's removal is on disk, archives the
 message again later: a duplicate in the archive, never a loss.  Files are
 never changed once written; the redriven ledger is a separate file.
+
+pyarrow is loaded by `write` and `records` only (archive_parquet), never
+by the broker's event loop: the writer process writes, the workbench
+reads in a worker thread.
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+from dlx.events import FIELD_NAMES
+
 from .files import fsync_dir
 
 ARCHIVE_DIR = "dead-letter-archive"
-SUFFIX = ".ndjson"
+SUFFIX = ".parquet"
 PREFIX = "archive-"
 LEDGER = "redriven.ndjson"
+# The AMQP content header as stored: the one field beyond the log's.
+CONTENT_HEADER = "content_header"
+RECORD_FIELDS = (*FIELD_NAMES, CONTENT_HEADER)
 
 
 class ArchiveFiles:
@@ -57,8 +63,12 @@ class ArchiveFiles:
         for leftover in self.directory.rglob(f".{PREFIX}*.tmp"):
             leftover.unlink(missing_ok=True)
 
-    def write(self, node: str, lines: list[str], now: float) -> Path:
-        """One batch of records as one new file, durable when this returns."""
+    def write(self, node: str, columns: dict[str, list], now: float) -> Path:
+        """One batch of records, given as columns (RECORD_FIELDS' names ->
+        a value per record; a column not given is null), as one new file,
+        durable when this returns."""
+        from . import archive_parquet
+
         day = time.strftime("%Y-%m-%d", time.gmtime(now))
         part = self.directory / f"node={quote(node, safe='')}" / f"day={day}"
         self._make_dirs(part)
@@ -66,9 +76,8 @@ class ArchiveFiles:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
         name = f"{PREFIX}{stamp}-{os.getpid()}-{self._counter:06d}{SUFFIX}"
         temporary = part / f".{name}.tmp"
-        data = "".join(lines).encode("utf-8", "backslashreplace")
         with open(temporary, "wb") as handle:
-            handle.write(data)
+            archive_parquet.write(handle, columns)
             handle.flush()
             os.fsync(handle.fileno())
         final = part / name
@@ -94,16 +103,10 @@ class ArchiveFiles:
 
     def records(self, vhost: str | None = None, queue: str | None = None) -> Iterator[dict]:
         """The archived records, oldest first, of one queue when given."""
+        from . import archive_parquet
+
         for path in self.files():
-            with open(path, "rb") as handle:
-                for raw in handle:
-                    try:
-                        record = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if (vhost is None or record.get("vhost") == vhost) and (
-                            queue is None or record.get("queue") == queue):
-                        yield record
+            yield from archive_parquet.read(str(path), vhost, queue)
 
     # ---- the redriven ledger ------------------------------------------------------
 

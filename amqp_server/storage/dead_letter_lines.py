@@ -34,7 +34,7 @@ def _scalar(value) -> str:
     return str(value) if isinstance(value, int) else encode_basestring(str(value))
 
 
-def _headers(header: bytes) -> str:
+def _header_map(header: bytes) -> dict[str, str]:
     """The application headers of a stored content header (death headers
     aside), as the log's string map: decoded here, not by the broker."""
     try:
@@ -45,7 +45,26 @@ def _headers(header: bytes) -> str:
             table = decode_table(header, layout[1])[0] if layout[2] > layout[1] else None
     except (ValueError, IndexError, struct.error):
         table = None  # counted as invalid_header where it died
-    return encode_json(string_map(table))
+    return string_map(table)
+
+
+def _headers(header: bytes) -> str:
+    return encode_json(_header_map(header))
+
+
+def event_fields(header: bytes, body: bytes, body_limit: int) -> dict:
+    """This message's own fields of its log line (event_line's, as values
+    rather than JSON text): for a writer of columns, the archive's."""
+    props = simple_properties(header, CONTENT_HEADER_PREFIX)
+    message_id, correlation_id = props.get("message_id"), props.get("correlation_id")
+    included = len(body) <= body_limit
+    return {"message_id": None if message_id is None else str(message_id),
+            "correlation_id": None if correlation_id is None else str(correlation_id),
+            "properties": {name: _scalar(value) for name, value in props.items()},
+            "headers": _header_map(header), "body_size": len(body),
+            "body_sha256": sha256(body).hexdigest(),
+            "body": b64encode(body).decode() if included else None,
+            "body_included": included}
 
 
 def node_member(node: str) -> str:
