@@ -21,6 +21,7 @@ from amqp_server.cluster.shipper import Shipper
 from amqp_server.config import BrokerConfig
 from amqp_server.server import Server
 from amqp_server.storage.dead_letter_log import LogFiles
+from amqp_server.wire.table import FieldTable
 
 SECRET = b"s3cret"
 CLUSTER = "test"
@@ -319,3 +320,47 @@ async def test_the_stream_runs_over_tls_when_the_cluster_port_has_a_certificate(
         copy.store.close()
         copy.journal.close()
         copy.close_data_dir()
+
+
+async def test_archived_dead_letters_leave_their_queue_once_the_file_is_on_the_follower(
+        tmp_path):
+    leader = Leader(tmp_path / "leader")
+    await leader.start()
+    host = leader.broker.vhosts["/"]
+    host.declare_queue("dlq", None, durable=True,
+                       arguments=FieldTable({"x-dead-letter-retention": 100}))
+    host.declare_queue("work", None, durable=True, arguments=FieldTable({
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+    replica, following = follower(tmp_path / "follower")
+    task = None
+    archive = tmp_path / "leader" / "dead-letter-archive"
+    try:
+        connection = await aio_pika.connect(leader.url)
+        channel = await connection.channel(publisher_confirms=False)
+        await channel.default_exchange.publish(
+            aio_pika.Message(b"poison", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key="work")
+        work = await channel.get_queue("work", ensure=False)
+        await wait_for(lambda: host.queues["work"].message_count == 1)
+        message = await work.get()
+        await message.reject(requeue=False)
+        # Archived on the leader's disk, but no follower has it: the dead
+        # letter stays (withdrawn) in its queue.
+        await wait_for(lambda: list(archive.rglob("archive-*")))
+        dlq = host.queues["dlq"]
+        assert dlq.stats["archived"] == 0 and dlq.unacked == 1
+        task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+        await wait_for(lambda: dlq.stats["archived"] == 1)
+        assert dlq.unacked == 0 and dlq.message_count == 0
+        await connection.close()
+    finally:
+        following.stop()
+        if task is not None:
+            await task
+        await leader.stop()
+        replica.close()
+    copied = sorted(path.relative_to(tmp_path / "follower" / "dead-letter-archive")
+                    for path in (tmp_path / "follower" / "dead-letter-archive").rglob("*")
+                    if path.is_file())
+    assert copied == sorted(path.relative_to(archive) for path in archive.rglob("*")
+                            if path.is_file()) and copied
