@@ -234,6 +234,8 @@ class Shipper:
         lsn = self.lsn
         if self.replicated >= lsn:
             return
+        if self.stopped:
+            raise TimeoutError("leadership ended")
         future = self._loop.create_future()
         self._waiting.append((lsn, future))
         await asyncio.wait_for(future, timeout)
@@ -475,3 +477,9 @@ class Shipper:
         for link in list(self.links.values()):
             link.close()
         self.links.clear()
+        # Whoever waits for a copy (a management answer, an archive batch)
+        # hears now that none is coming, not when its wait runs out.
+        while self._waiting:
+            future = self._waiting.popleft()[1]
+            if not future.done():
+                future.set_exception(TimeoutError("leadership ended"))
