@@ -364,3 +364,43 @@ async def test_archived_dead_letters_leave_their_queue_once_the_file_is_on_the_f
                     if path.is_file())
     assert copied == sorted(path.relative_to(archive) for path in archive.rglob("*")
                             if path.is_file()) and copied
+
+
+async def test_a_streams_confirms_wait_for_the_follower_whose_copy_boots_the_stream(tmp_path):
+    leader = Leader(tmp_path / "leader")
+    await leader.start()
+    leader.broker.vhosts["/"].declare_queue("events", None, durable=True, arguments=FieldTable(
+        {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 500}))
+    replica, following = follower(tmp_path / "follower")
+    task = None
+    try:
+        connection = await aio_pika.connect(leader.url)
+        channel = await connection.channel(publisher_confirms=True)
+        publish = asyncio.ensure_future(channel.default_exchange.publish(
+            aio_pika.Message(b"e0"), routing_key="events"))
+        done, _ = await asyncio.wait([publish], timeout=1.0)
+        assert not done, "a stream's message confirmed with the in-sync follower absent"
+        task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+        await asyncio.wait_for(publish, 10)
+        for number in range(1, 40):
+            await channel.default_exchange.publish(
+                aio_pika.Message(b"e%d" % number), routing_key="events")
+        await connection.close()
+    finally:
+        following.stop()
+        if task is not None:
+            await task
+        await leader.stop()
+        replica.close()
+    copy = booted(tmp_path / "follower")
+    try:
+        stream = copy.vhosts["/"].queues["events"].log
+        assert stream.segment_count > 1
+        reader = stream.reader(0)
+        assert [(item.offset, item.body) for item in reader.read(100)] == [
+            (number, b"e%d" % number) for number in range(40)]
+        reader.close()
+    finally:
+        copy.store.close()
+        copy.journal.close()
+        copy.close_data_dir()
