@@ -369,27 +369,29 @@ async def test_archived_dead_letters_leave_their_queue_once_the_file_is_on_the_f
 async def test_a_streams_confirms_wait_for_the_follower_whose_copy_boots_the_stream(tmp_path):
     leader = Leader(tmp_path / "leader")
     await leader.start()
-    leader.broker.vhosts["/"].declare_queue("events", None, durable=True, arguments=FieldTable(
-        {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 500}))
     replica, following = follower(tmp_path / "follower")
-    task = None
+    task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
     try:
         connection = await aio_pika.connect(leader.url)
         channel = await connection.channel(publisher_confirms=True)
+        await asyncio.wait_for(channel.declare_queue("events", durable=True, arguments={
+            "x-queue-type": "stream", "x-stream-max-segment-size-bytes": 500}), 10)
+        following.stop()
+        await task
         publish = asyncio.ensure_future(channel.default_exchange.publish(
             aio_pika.Message(b"e0"), routing_key="events"))
         done, _ = await asyncio.wait([publish], timeout=1.0)
         assert not done, "a stream's message confirmed with the in-sync follower absent"
+        following = Following(replica, "b", CLUSTER, SECRET)
         task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
         await asyncio.wait_for(publish, 10)
         for number in range(1, 40):
-            await channel.default_exchange.publish(
-                aio_pika.Message(b"e%d" % number), routing_key="events")
+            await asyncio.wait_for(channel.default_exchange.publish(
+                aio_pika.Message(b"e%d" % number), routing_key="events"), 10)
         await connection.close()
     finally:
         following.stop()
-        if task is not None:
-            await task
+        await task
         await leader.stop()
         replica.close()
     copy = booted(tmp_path / "follower")
