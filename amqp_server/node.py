@@ -198,7 +198,8 @@ class ClusterNode:
         while not self._stopping and self._followed is leader and self.server is None:
             if self.replica is None:
                 self.replica = Replica(self.data_dir, self._dead_letter_files(),
-                                       self.config.dead_letter_log_body_limit)
+                                       self.config.dead_letter_log_body_limit,
+                                       self.config.dead_letter_archive_dir or None)
             following = self.following = Following(self.replica, self.node,
                                                    self.config.cluster_name, self.secret,
                                                    self.client_tls)

@@ -99,8 +99,12 @@ class BrokerNode:
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.start()
 
-    def api(self, path: str, timeout: float = 5.0):
-        request = urllib.request.Request(f"http://127.0.0.1:{self.management_port}{path}")
+    def api(self, path: str, timeout: float = 5.0, body: dict | None = None):
+        """GET `path`, or POST `body` to it, as guest; the answer's JSON."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.management_port}{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            headers={} if body is None else {"Content-Type": "application/json"})
         request.add_header("Authorization",
                            "Basic " + base64.b64encode(b"guest:guest").decode())
         with urllib.request.urlopen(request, timeout=timeout) as answer:

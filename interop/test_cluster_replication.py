@@ -21,6 +21,7 @@ from amqp_server.cluster.shipper import Shipper
 from amqp_server.config import BrokerConfig
 from amqp_server.server import Server
 from amqp_server.storage.dead_letter_log import LogFiles
+from amqp_server.wire.table import FieldTable
 
 SECRET = b"s3cret"
 CLUSTER = "test"
@@ -315,6 +316,92 @@ async def test_the_stream_runs_over_tls_when_the_cluster_port_has_a_certificate(
     copy = booted(tmp_path / "follower")
     try:
         assert [e.message.body for e in copy.vhosts["/"].queues["q"].ready] == [b"over tls"]
+    finally:
+        copy.store.close()
+        copy.journal.close()
+        copy.close_data_dir()
+
+
+async def test_archived_dead_letters_leave_their_queue_once_the_file_is_on_the_follower(
+        tmp_path):
+    leader = Leader(tmp_path / "leader")
+    await leader.start()
+    host = leader.broker.vhosts["/"]
+    host.declare_queue("dlq", None, durable=True,
+                       arguments=FieldTable({"x-dead-letter-retention": 100}))
+    host.declare_queue("work", None, durable=True, arguments=FieldTable({
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+    replica, following = follower(tmp_path / "follower")
+    task = None
+    archive = tmp_path / "leader" / "dead-letter-archive"
+    try:
+        connection = await aio_pika.connect(leader.url)
+        channel = await connection.channel(publisher_confirms=False)
+        await channel.default_exchange.publish(
+            aio_pika.Message(b"poison", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key="work")
+        work = await channel.get_queue("work", ensure=False)
+        await wait_for(lambda: host.queues["work"].message_count == 1)
+        message = await work.get()
+        await message.reject(requeue=False)
+        # Archived on the leader's disk, but no follower has it: the dead
+        # letter stays (withdrawn) in its queue.
+        await wait_for(lambda: list(archive.rglob("archive-*")))
+        dlq = host.queues["dlq"]
+        assert dlq.stats["archived"] == 0 and dlq.unacked == 1
+        task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+        await wait_for(lambda: dlq.stats["archived"] == 1)
+        assert dlq.unacked == 0 and dlq.message_count == 0
+        await connection.close()
+    finally:
+        following.stop()
+        if task is not None:
+            await task
+        await leader.stop()
+        replica.close()
+    copied = sorted(path.relative_to(tmp_path / "follower" / "dead-letter-archive")
+                    for path in (tmp_path / "follower" / "dead-letter-archive").rglob("*")
+                    if path.is_file())
+    assert copied == sorted(path.relative_to(archive) for path in archive.rglob("*")
+                            if path.is_file()) and copied
+
+
+async def test_a_streams_confirms_wait_for_the_follower_whose_copy_boots_the_stream(tmp_path):
+    leader = Leader(tmp_path / "leader")
+    await leader.start()
+    replica, following = follower(tmp_path / "follower")
+    task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+    try:
+        connection = await aio_pika.connect(leader.url)
+        channel = await connection.channel(publisher_confirms=True)
+        await asyncio.wait_for(channel.declare_queue("events", durable=True, arguments={
+            "x-queue-type": "stream", "x-stream-max-segment-size-bytes": 500}), 10)
+        following.stop()
+        await task
+        publish = asyncio.ensure_future(channel.default_exchange.publish(
+            aio_pika.Message(b"e0"), routing_key="events"))
+        done, _ = await asyncio.wait([publish], timeout=1.0)
+        assert not done, "a stream's message confirmed with the in-sync follower absent"
+        following = Following(replica, "b", CLUSTER, SECRET)
+        task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
+        await asyncio.wait_for(publish, 10)
+        for number in range(1, 40):
+            await asyncio.wait_for(channel.default_exchange.publish(
+                aio_pika.Message(b"e%d" % number), routing_key="events"), 10)
+        await connection.close()
+    finally:
+        following.stop()
+        await task
+        await leader.stop()
+        replica.close()
+    copy = booted(tmp_path / "follower")
+    try:
+        stream = copy.vhosts["/"].queues["events"].log
+        assert stream.segment_count > 1
+        reader = stream.reader(0)
+        assert [(item.offset, item.body) for item in reader.read(100)] == [
+            (number, b"e%d" % number) for number in range(40)]
+        reader.close()
     finally:
         copy.store.close()
         copy.journal.close()

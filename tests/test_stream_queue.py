@@ -153,32 +153,57 @@ def test_a_policy_lowering_max_length_bytes_applies_at_once(tmp_path):
     assert queue.log.first_offset > 0 and queue.log.size <= 600 + 300
 
 
-def test_a_clustered_leader_refuses_streams_it_would_not_replicate(tmp_path):
-    from amqp_server.broker.vhost import VirtualHost
-    from amqp_server.errors import AMQPError
-    from amqp_server.storage.definition_log import NO_JOURNAL
+class Shipping:
+    """A replication stream that keeps what it is handed (storage/replication.py):
+    frames from the writer thread are shipped at once (flush_now runs there
+    on this thread)."""
 
-    class Replicating(type(NO_JOURNAL)):
-        replicating = True  # as a clustered leader's definition log
+    def __init__(self) -> None:
+        self.frames: list[list] = []
+        self.replicated = 0
+        self.owners: list = []
 
-    vhost = VirtualHost("/")
-    vhost.journal = Replicating()
-    try:
-        vhost.declare_queue("s", None, durable=True,
-                            arguments=FieldTable({"x-queue-type": "stream"}))
-    except AMQPError as error:
-        assert (error.code, error.reply_text) == (
-            406, "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 's' in vhost '/': "
-                 '"streams are not replicated in a cluster yet"')
-    else:
-        raise AssertionError("declared")
-    # A stream from before the cluster takes no message there: a nack, not a
-    # confirm its followers could not back.
+    def ship(self, frame: list) -> int:
+        self.frames.append(frame)
+        frame[1] = len(self.frames)
+        return frame[1]
+
+    def ship_from_thread(self, frame: list, shipped) -> None:
+        shipped(self.ship(frame))
+
+    def watch(self, owner) -> None:
+        self.owners.append(owner)
+
+    def replicate_all(self) -> None:
+        self.replicated = len(self.frames)
+        for owner in self.owners:
+            owner.replication_progress()
+
+
+def test_a_clustered_leader_ships_a_stream_and_readers_wait_for_the_followers(tmp_path):
     queue, store = stream(tmp_path)
-    store._positions = object()
-    assert not queue.plain
-    from amqp_server.broker.queue import REJECTED
-    assert queue.enqueue(Message.to("", "s", HEADER, b"x")) is REJECTED
+    shipping = Shipping()
+    store.ship_to(shipping)
+    queue.enqueue(Message.to("", "s", HEADER, b"first"))
+    assert queue.plain  # shipped like any durable queue: nothing refused
+    store.flush_now()
+    kinds = [frame[0] for frame in shipping.frames]
+    assert kinds == ["s", "m"]  # the stream's write, then the flush that confirms it
+    name = shipping.frames[0][2]
+    assert name == f"streams/{b'/'.hex()}/{b's'.hex()}"
+    ((number, data),) = shipping.frames[0][3]
+    assert (queue.log.directory / f"{number:08d}.seg").read_bytes() == data
+    # On the leader's disk, not yet on the followers': not confirmed, not read.
+    taker = Taker("a", 10)
+    queue.add_consumer(taker, False)
+    assert store.synced == 0 and queue.log.committed == 0 and taker.taken == []
+    shipping.replicate_all()
+    assert store.synced == 1 and taker.taken == [0]
+    queue.log.mark_redriven([0])
+    assert shipping.frames[-1][::2] == ["sr", name] and shipping.frames[-1][3] == b"0\n"
+    store.delete_stream(queue.log)
+    store.flush_now()
+    assert shipping.frames[-2][0::2] == ["sx", name]
 
 
 def test_a_run_of_publishes_reaches_tail_consumers_and_later_readers_alike(tmp_path):

@@ -119,6 +119,11 @@ class Archiver:
         self._loop = None
         self._executor: ProcessPoolExecutor | None = None
         self._writing: set = set()  # futures of batches in flight
+        # A clustered leader's (cluster/archive_shipping.py): `file(path)`
+        # returns once the durable file is on every in-sync follower too,
+        # `ledger()` once the redriven ledger's appends are.  A batch's
+        # messages leave their queue only then, as a confirm waits.
+        self.replication = None
         try:
             self.files.open()
         except OSError as exc:
@@ -199,6 +204,31 @@ class Archiver:
         return len(entries)
 
     def _done(self, key, queue, entries, result, error, now: float) -> None:
+        if error is None and self.replication is not None and self._loop is not None:
+            task = self._loop.create_task(self._replicated(key, queue, entries, result, now))
+            self._writing.add(task)
+            task.add_done_callback(self._writing.discard)
+            return
+        self._settle(key, queue, entries, result, error, now)
+
+    async def _replicated(self, key, queue, entries, result, now: float) -> None:
+        try:
+            await self.replication.file(result[0])
+        except (TimeoutError, OSError) as exc:
+            # Not on the followers: the messages stay (a later batch
+            # archives them again: a duplicate in the archive, no loss).
+            why = exc if str(exc) else TimeoutError("not on every in-sync follower in time")
+            self._settle(key, queue, entries, None, why, now)
+        else:
+            self._settle(key, queue, entries, result, None, now)
+
+    async def ledger_changed(self) -> None:
+        """The redriven ledger was appended to: on a clustered leader, until
+        the followers have it too."""
+        if self.replication is not None:
+            await self.replication.ledger()
+
+    def _settle(self, key, queue, entries, result, error, now: float) -> None:
         self._busy.discard(key)
         if isinstance(error, BrokenProcessPool):
             self._executor = None  # a new writer for the next batch

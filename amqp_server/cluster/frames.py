@@ -19,6 +19,15 @@ Leader to follower:
     ["p", lsn, bytes]                    the policies document
     ["l", lsn, node, log id, [[head, header, body, number]...]]
                                          dead-letter log events, `node` dead-lettered them
+    ["s", lsn, stream, [[segment, bytes]...], [doomed segment...]]
+                                         a stream's log, written by a message store flush
+                                         (`stream`: its directory, streams/<vhost>/<queue>)
+    ["sx", lsn, stream]                  a stream deleted: its directory goes
+    ["sr", lsn, stream, bytes]           offsets appended to a stream's redriven marks
+    ["af", lsn, path, offset, bytes, size]
+                                         a piece of a new dead-letter archive file
+                                         (`path` inside the archive); whole at `size`
+    ["al", lsn, offset, bytes]           the archive's redriven ledger appended to
 
 Follower to leader:
 
@@ -32,10 +41,15 @@ import re
 from collections import deque
 
 from ..storage import records
+from ..storage.archive import ARCHIVE_DIR, LEDGER
 
 SNAPSHOT, FILE, READY, RESUME = "snap", "file", "ready", "resume"
 MESSAGES, DEFINITION, DEFINITIONS_REPLACED, POLICIES, DEAD_LETTERS = "m", "d", "dr", "p", "l"
-DATA_KINDS = frozenset({MESSAGES, DEFINITION, DEFINITIONS_REPLACED, POLICIES, DEAD_LETTERS})
+STREAM, STREAM_DELETED, STREAM_REDRIVEN = "s", "sx", "sr"
+ARCHIVE_FILE, ARCHIVE_LEDGER = "af", "al"
+DATA_KINDS = frozenset({MESSAGES, DEFINITION, DEFINITIONS_REPLACED, POLICIES, DEAD_LETTERS,
+                        STREAM, STREAM_DELETED, STREAM_REDRIVEN, ARCHIVE_FILE,
+                        ARCHIVE_LEDGER})
 FOLLOW, ACK = "follow", "ack"
 
 # Files a copy may name, relative to the data directory: nothing else is
@@ -43,14 +57,41 @@ FOLLOW, ACK = "follow", "ack"
 DEFINITIONS_FILE = "definitions/log"
 POLICIES_FILE = "policies.json"
 _SEGMENT = re.compile(r"messages/(\d{8})\.seg")
+# A stream's directory: its vhost's and its name's UTF-8 in hex
+# (storage/message_store.py), so nothing in it can climb out.
+_STREAM = re.compile(r"streams/[0-9a-f]+/[0-9a-f]+")
+_STREAM_FILE = re.compile(r"(streams/[0-9a-f]+/[0-9a-f]+)/(\d{8}\.seg|redriven)")
+# The archive's files, whatever their format (storage/archive.py): the
+# partitions the archive writes, a name that is not hidden, no other
+# directory.  Paths in the archive frames are inside the archive; in a
+# copy they are under ARCHIVE, mapped to the follower's own archive.
+ARCHIVE = ARCHIVE_DIR
+ARCHIVE_LEDGER_NAME = LEDGER
+_ARCHIVE_FILE = re.compile(r"node=[^/]+/day=[0-9-]+/archive-[^/]+")
 
 
 def segment_path(number: int) -> str:
     return f"messages/{number:08d}.seg"
 
 
+def stream_segment_path(stream: str, number: int) -> str:
+    return f"{stream}/{number:08d}.seg"
+
+
+def stream_allowed(stream: str) -> bool:
+    return _STREAM.fullmatch(stream) is not None
+
+
+def archive_file_allowed(path: str) -> bool:
+    return _ARCHIVE_FILE.fullmatch(path) is not None and "/.." not in path
+
+
 def copy_path_allowed(path: str) -> bool:
-    return path in (DEFINITIONS_FILE, POLICIES_FILE) or _SEGMENT.fullmatch(path) is not None
+    if path in (DEFINITIONS_FILE, POLICIES_FILE, f"{ARCHIVE}/{ARCHIVE_LEDGER_NAME}"):
+        return True
+    if _SEGMENT.fullmatch(path) is not None or _STREAM_FILE.fullmatch(path) is not None:
+        return True
+    return path.startswith(ARCHIVE + "/") and archive_file_allowed(path[len(ARCHIVE) + 1:])
 
 
 def encode(frame: list) -> bytes:

@@ -2,8 +2,9 @@
 the followers.
 
 Nothing here knows the broker's classes: `attach` is handed the broker and
-connects the stores it holds (message store, definition log, policies,
-dead-letter log) to a Shipper, as storage/replication.py describes.
+connects the stores it holds (message store with its streams, definition
+log, policies, dead-letter log, dead-letter archive) to a Shipper, as
+storage/replication.py describes.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import logging
 from collections.abc import Callable
 
 from . import frames as f, handshake
+from .archive_shipping import ArchiveShipping
 from .shipper import Shipper, Sources
 
 log = logging.getLogger("amqp_server.cluster")
 
 
 def sources_of(broker) -> Sources:
-    return Sources(broker.config.data_dir, broker.journal.content, broker.policies.document)
+    archive = broker.archiver.directory if broker.archiver is not None else None
+    return Sources(broker.config.data_dir, broker.journal.content, broker.policies.document,
+                   archive)
 
 
 def attach(broker, shipper: Shipper) -> None:
@@ -33,10 +37,14 @@ def attach(broker, shipper: Shipper) -> None:
     broker.dead_letter_log.on_batch = lambda batch: shipper.ship(
         [f.DEAD_LETTERS, 0, node, log_id, [list(event) for event in batch]])
     shipper.on_hold = broker.replication_held
+    if broker.archiver is not None:
+        broker.archiver.replication = ArchiveShipping(shipper, broker.archiver.directory)
 
 
 def detach(broker) -> None:
     broker.policies.on_saved = None
+    if broker.archiver is not None:
+        broker.archiver.replication = None
     if broker.dead_letter_log is not None:
         broker.dead_letter_log.on_batch = None
 

@@ -3,7 +3,9 @@
 The leader ships what its stores write, as they lay it out on disk: a
 message store flush is the bytes it appended to each segment file and the
 segments it deleted; a definition change is the record it appended to the
-definition log.  The copy is therefore the leader's data directory itself,
+definition log; a stream's share of a flush is the bytes appended to its
+segments and the segments retention removed; a new dead-letter archive
+file is its bytes, whatever its format.  The copy is therefore the leader's data directory itself,
 and a follower that is elected recovers from it with the broker's ordinary
 boot (broker/boot.py), as after a restart.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 from policies.store import write_document
@@ -43,12 +46,20 @@ def mark_whole(data_dir: Path, epoch: int) -> None:
 
 class Replica:
     def __init__(self, data_dir: str | Path, dead_letter_files: LogFiles | None = None,
-                 body_limit: int = 64 << 10) -> None:
+                 body_limit: int = 64 << 10, archive_dir: str | Path | None = None) -> None:
         self.data_dir = Path(data_dir)
         (self.data_dir / "messages").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "definitions").mkdir(parents=True, exist_ok=True)
         self.dead_letter_files = dead_letter_files
         self.body_limit = body_limit
+        # This node's dead-letter archive (its own config's), which the
+        # leader's archive files are copied into.
+        self.archive_dir = Path(archive_dir) if archive_dir else self.data_dir / f.ARCHIVE
+        # Streams' segment files being appended to, by (stream, segment).
+        self._stream_files: dict[tuple[str, int], object] = {}
+        # An archive file arriving in pieces: (path, its temporary file).
+        self._archive_piece: tuple[str, object] | None = None
+        self._made: set[Path] = set()  # directories whose entries changed
         # What this copy holds: the leader's term it came from and the
         # last frame applied.  epoch None: nothing usable (start empty).
         self.epoch: int | None = None
@@ -70,6 +81,10 @@ class Replica:
             path.unlink()
         for name in (f.DEFINITIONS_FILE, f.DEFINITIONS_FILE + ".new", f.POLICIES_FILE):
             (self.data_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(self.data_dir / "streams", ignore_errors=True)
+        self._made.clear()
+        for path in self._archive_files():
+            path.unlink()
         self._copying = {}
         self._copy_epoch = epoch
 
@@ -78,7 +93,9 @@ class Replica:
             raise f.FrameError(f"unexpected piece of {path!r} in a copy")
         handle = self._copying.get(path)
         if handle is None:
-            handle = self._copying[path] = open(self.data_dir / path, "wb")
+            target = self._local(path)
+            self._make_dirs(target.parent)
+            handle = self._copying[path] = open(target, "wb")
         if handle.tell() != offset:
             raise f.FrameError(f"piece of {path!r} at {offset}, expected {handle.tell()}")
         handle.write(data)
@@ -94,6 +111,7 @@ class Replica:
         for directory in (self.data_dir, self.data_dir / "messages",
                           self.data_dir / "definitions"):
             fsync_dir(directory)
+        self._sync_made()
         self.epoch = self._copy_epoch
         self.lsn = lsn
         mark_whole(self.data_dir, self.epoch)
@@ -134,6 +152,17 @@ class Replica:
                 if self.dead_letter_files is not None:
                     write_batch(self.dead_letter_files, frame[4], self.body_limit, frame[2],
                                 frame[3])
+            elif kind == f.STREAM:
+                self._stream(self._stream_name(frame[2]), frame[3], frame[4], touched)
+            elif kind == f.STREAM_DELETED:
+                self._stream_deleted(self._stream_name(frame[2]), touched)
+            elif kind == f.STREAM_REDRIVEN:
+                self._append(self.data_dir / self._stream_name(frame[2]) / "redriven",
+                             None, frame[3])
+            elif kind == f.ARCHIVE_FILE:
+                self._archive_file(frame[2], frame[3], frame[4], frame[5])
+            elif kind == f.ARCHIVE_LEDGER:
+                self._append(self.archive_dir / f.ARCHIVE_LEDGER_NAME, frame[2], frame[3])
             else:
                 raise f.FrameError(f"unknown frame {kind!r}")
             self.lsn = lsn
@@ -141,11 +170,13 @@ class Replica:
             if what == "definitions":
                 os.fsync(self._definitions)
             else:
-                handle = self._segments[what]
+                handle = (self._segments[what] if isinstance(what, int)
+                          else self._stream_files[what])
                 handle.flush()
                 os.fsync(handle.fileno())
         if new_files:
             fsync_dir(self.data_dir / "messages")
+        self._sync_made()
         return self.lsn
 
     def _messages(self, chunks: list, doomed: list, touched: set) -> bool:
@@ -177,6 +208,138 @@ class Replica:
                 handle.close()
         return created
 
+    # ---- streams and the archive -------------------------------------------
+
+    @staticmethod
+    def _stream_name(name) -> str:
+        if not isinstance(name, str) or not f.stream_allowed(name):
+            raise f.FrameError(f"not a stream's directory: {name!r}")
+        return name
+
+    def _stream(self, name: str, chunks: list, doomed: list, touched: set) -> None:
+        """A stream's share of a flush: appends by segment, then the
+        segments retention removed (stream_log.py writes it so)."""
+        directory = self.data_dir / name
+        if chunks and not directory.is_dir():
+            self._make_dirs(directory)
+        files = self._stream_files
+        for number, data in chunks:
+            key = (name, number)
+            handle = files.get(key)
+            if handle is None:
+                # A segment the leader rolled past is complete: close it.
+                for old in [k for k in files if k[0] == name and k[1] < number]:
+                    self._close_stream_file(old, touched)
+                path = directory / f"{number:08d}.seg"
+                if not path.exists():
+                    self._made.add(directory)
+                handle = files[key] = open(path, "ab")
+            handle.write(data)
+            touched.add(key)
+        for number in doomed:
+            key = (name, number)
+            handle = files.pop(key, None)
+            if handle is not None:
+                handle.close()
+            touched.discard(key)
+            (directory / f"{number:08d}.seg").unlink(missing_ok=True)
+            self._made.add(directory)
+
+    def _close_stream_file(self, key: tuple[str, int], touched: set) -> None:
+        handle = self._stream_files.pop(key)
+        if key in touched:
+            touched.discard(key)
+            handle.flush()
+            os.fsync(handle.fileno())
+        handle.close()
+
+    def _stream_deleted(self, name: str, touched: set) -> None:
+        for key in [k for k in self._stream_files if k[0] == name]:
+            self._stream_files.pop(key).close()
+            touched.discard(key)
+        directory = self.data_dir / name
+        if directory.exists():
+            shutil.rmtree(directory)
+            self._made.add(directory.parent)
+
+    def _append(self, path: Path, offset: int | None, data: bytes) -> None:
+        """Bytes appended to a small file (at `offset`, when the leader
+        says where), durable before the batch is acknowledged."""
+        self._make_dirs(path.parent)
+        with open(path, "ab") as handle:
+            if offset is not None and handle.tell() != offset:
+                if handle.tell() < offset:
+                    raise f.FrameError(f"{path.name} at {handle.tell()}, the leader's at "
+                                       f"{offset}")
+                handle.truncate(offset)  # a tail this copy wrote and the leader did not
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _archive_file(self, path, offset: int, data: bytes, size: int) -> None:
+        """A piece of a new archive file: written under a temporary name,
+        renamed into place once whole (as the archive writes its own)."""
+        if not isinstance(path, str) or not f.archive_file_allowed(path):
+            raise f.FrameError(f"not an archive file: {path!r}")
+        target = self.archive_dir / path
+        if offset == 0:
+            self._drop_archive_piece()
+            self._make_dirs(target.parent)
+            temporary = target.with_name(f".{target.name}.tmp")
+            self._archive_piece = (path, open(temporary, "wb"))
+        piece = self._archive_piece
+        if piece is None or piece[0] != path or piece[1].tell() != offset:
+            raise f.FrameError(f"piece of archive file {path!r} out of order")
+        handle = piece[1]
+        handle.write(data)
+        if handle.tell() >= size:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            self._archive_piece = None
+            os.replace(handle.name, target)
+            self._made.add(target.parent)
+
+    def _drop_archive_piece(self) -> None:
+        if self._archive_piece is not None:
+            handle = self._archive_piece[1]
+            handle.close()
+            Path(handle.name).unlink(missing_ok=True)
+            self._archive_piece = None
+
+    def _archive_files(self) -> list[Path]:
+        """The archive's files and ledger this copy holds (what a copy replaces)."""
+        if not self.archive_dir.is_dir():
+            return []
+        found = [path for path in self.archive_dir.glob("node=*/day=*/*")
+                 if path.is_file() and (f.archive_file_allowed(
+                     path.relative_to(self.archive_dir).as_posix())
+                     or path.name.startswith("."))]
+        ledger = self.archive_dir / f.ARCHIVE_LEDGER_NAME
+        return [*found, ledger] if ledger.exists() else found
+
+    def _local(self, path: str) -> Path:
+        """Where a file of a copy goes: the archive's into this node's archive."""
+        if path.startswith(f.ARCHIVE + "/"):
+            return self.archive_dir / path[len(f.ARCHIVE) + 1:]
+        return self.data_dir / path
+
+    def _sync_made(self) -> None:
+        for directory in sorted(self._made, key=lambda path: -len(path.parts)):
+            if directory.exists():  # (a stream deleted later in the batch: gone)
+                fsync_dir(directory)
+        self._made.clear()
+
+    def _make_dirs(self, directory: Path) -> None:
+        """mkdir -p; each new directory's entry is made durable with the batch."""
+        missing = []
+        while not directory.exists():
+            missing.append(directory)
+            directory = directory.parent
+        for made in reversed(missing):
+            made.mkdir(exist_ok=True)
+            self._made.add(made.parent)
+
     def _definitions_fd(self) -> int:
         if self._definitions is None:
             self._definitions = os.open(self.data_dir / f.DEFINITIONS_FILE,
@@ -200,6 +363,10 @@ class Replica:
         for handle in self._segments.values():
             handle.close()
         self._segments.clear()
+        for handle in self._stream_files.values():
+            handle.close()
+        self._stream_files.clear()
+        self._drop_archive_piece()
         if self._definitions is not None:
             os.close(self._definitions)
             self._definitions = None

@@ -22,9 +22,10 @@ wait and publishers are held (`on_hold`).
 A follower that connects says what it holds.  If that is a prefix of this
 leader's stream still in the backlog, the stream resumes there; otherwise
 it gets a full copy: the definition log and the policies document as they
-stand, and every message segment up to the size of the last flush shipped
-(segments only grow, so that prefix is stable while it is read), then the
-frames after that point.  The leader keeps serving meanwhile.
+stand, every message segment and every stream's segment up to the size
+of the last flush shipped (segments only grow, so that prefix is stable
+while it is read), the dead-letter archive's files and ledger as shipped,
+then the frames after that point.  The leader keeps serving meanwhile.
 """
 
 from __future__ import annotations
@@ -50,14 +51,44 @@ FOLLOWER_LIMIT = 256 << 20
 HOLD_BYTES = 64 << 20
 
 
+_FILE_KINDS = frozenset({f.STREAM, f.STREAM_DELETED, f.STREAM_REDRIVEN, f.ARCHIVE_FILE,
+                         f.ARCHIVE_LEDGER})
+
+
 class Sources:
     """What a copy is made of, read from the leader's stores."""
 
     def __init__(self, data_dir: Path, definitions: Callable[[], bytes],
-                 policies: Callable[[], bytes]) -> None:
+                 policies: Callable[[], bytes], archive_dir: Path | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.definitions = definitions
         self.policies = policies
+        self.archive_dir = Path(archive_dir) if archive_dir else self.data_dir / f.ARCHIVE
+
+    def local(self, path: str) -> Path:
+        """A file of the copy on the leader's disk (the archive's in its archive)."""
+        if path.startswith(f.ARCHIVE + "/"):
+            return self.archive_dir / path[len(f.ARCHIVE) + 1:]
+        return self.data_dir / path
+
+    def files(self) -> dict[str, int]:
+        """Streams' files and the archive's as they are on disk now, by
+        their path in a copy."""
+        found: dict[str, int] = {}
+        candidates = [(path.relative_to(self.data_dir).as_posix(), path)
+                      for path in (self.data_dir / "streams").glob("*/*/*")]
+        if self.archive_dir.is_dir():
+            candidates += [(f"{f.ARCHIVE}/{path.relative_to(self.archive_dir).as_posix()}", path)
+                           for path in self.archive_dir.glob("node=*/day=*/*")]
+            candidates.append((f"{f.ARCHIVE}/{f.ARCHIVE_LEDGER_NAME}",
+                               self.archive_dir / f.ARCHIVE_LEDGER_NAME))
+        for name, path in candidates:
+            if f.copy_path_allowed(name):
+                try:
+                    found[name] = path.stat().st_size
+                except OSError:
+                    continue
+        return found
 
 
 class Link:
@@ -124,6 +155,9 @@ class Shipper:
                 self.segment_sizes[int(path.stem)] = path.stat().st_size
             except (ValueError, OSError):
                 continue
+        # Streams' files and the archive's, by their path in a copy: how
+        # much of each is shipped (a copy takes that much, no more).
+        self.file_sizes: dict[str, int] = self.sources.files()
         self._loop = asyncio.get_running_loop()
         self._checker: asyncio.Task | None = None
         # Told of each follower that connects (the node records its members).
@@ -141,6 +175,8 @@ class Shipper:
                 sizes[number] = sizes.get(number, 0) + len(data)
             for number in frame[3]:
                 sizes.pop(number, None)
+        elif frame[0] in _FILE_KINDS:
+            self._shipped_file(frame)
         data = f.encode(frame)
         self._shipped_bytes += len(data)
         self._backlog.append((lsn, time.monotonic(), data, self._shipped_bytes))
@@ -159,6 +195,30 @@ class Shipper:
         self._advance()
         return lsn
 
+    def _shipped_file(self, frame: list) -> None:
+        """What a copy takes of the file a frame wrote."""
+        sizes = self.file_sizes
+        kind = frame[0]
+        if kind == f.STREAM:
+            stream = frame[2]
+            for number, data in frame[3]:
+                path = f.stream_segment_path(stream, number)
+                sizes[path] = sizes.get(path, 0) + len(data)
+            for number in frame[4]:
+                sizes.pop(f.stream_segment_path(stream, number), None)
+        elif kind == f.STREAM_DELETED:
+            prefix = frame[2] + "/"
+            for path in [path for path in sizes if path.startswith(prefix)]:
+                del sizes[path]
+        elif kind == f.STREAM_REDRIVEN:
+            path = f"{frame[2]}/redriven"
+            sizes[path] = sizes.get(path, 0) + len(frame[3])
+        elif kind == f.ARCHIVE_FILE:
+            if frame[3] + len(frame[4]) >= frame[5]:  # whole: a copy takes it
+                sizes[f"{f.ARCHIVE}/{frame[2]}"] = frame[5]
+        else:
+            sizes[f"{f.ARCHIVE}/{f.ARCHIVE_LEDGER_NAME}"] = frame[2] + len(frame[3])
+
     def ship_from_thread(self, frame: list, shipped) -> None:
         self._loop.call_soon_threadsafe(self._ship_then, frame, shipped)
 
@@ -174,6 +234,8 @@ class Shipper:
         lsn = self.lsn
         if self.replicated >= lsn:
             return
+        if self.stopped:
+            raise TimeoutError("leadership ended")
         future = self._loop.create_future()
         self._waiting.append((lsn, future))
         await asyncio.wait_for(future, timeout)
@@ -365,6 +427,7 @@ class Shipper:
         """Send the whole data directory as of now; returns its LSN."""
         lsn = self.lsn
         sizes = dict(self.segment_sizes)
+        files = dict(self.file_sizes)
         definitions = self.sources.definitions()
         policies = self.sources.policies()
         writer = link.writer
@@ -376,25 +439,30 @@ class Shipper:
                                        content[offset:offset + COPY_CHUNK]]))
                 await writer.drain()
         for number, size in sorted(sizes.items()):
-            path = self.sources.data_dir / f.segment_path(number)
-            offset = 0
-            try:
-                handle = open(path, "rb")
-            except FileNotFoundError:
-                continue  # deleted since: nothing in it was live
-            with handle:
-                while offset < size:
-                    piece = await self._loop.run_in_executor(
-                        None, handle.read, min(COPY_CHUNK, size - offset))
-                    if not piece:
-                        break
-                    writer.write(f.encode([f.FILE, f.segment_path(number), offset, piece]))
-                    offset += len(piece)
-                    await writer.drain()
+            await self._copy_file(writer, f.segment_path(number), size)
+        for path, size in sorted(files.items()):
+            await self._copy_file(writer, path, size)
         writer.write(f.encode([f.READY, lsn]))
         await writer.drain()
         log.info("follower %s: sent a copy up to %d", link.node, lsn)
         return lsn
+
+    async def _copy_file(self, writer: asyncio.StreamWriter, path: str, size: int) -> None:
+        """The first `size` bytes of a file (files only grow or go whole)."""
+        offset = 0
+        try:
+            handle = open(self.sources.local(path), "rb")
+        except FileNotFoundError:
+            return  # deleted since (a segment nothing lived in, a stream deleted)
+        with handle:
+            while offset < size:
+                piece = await self._loop.run_in_executor(
+                    None, handle.read, min(COPY_CHUNK, size - offset))
+                if not piece:
+                    break
+                writer.write(f.encode([f.FILE, path, offset, piece]))
+                offset += len(piece)
+                await writer.drain()
 
     def _forget(self, link: Link) -> None:
         if self.links.get(link.node) is link:
@@ -409,3 +477,9 @@ class Shipper:
         for link in list(self.links.values()):
             link.close()
         self.links.clear()
+        # Whoever waits for a copy (a management answer, an archive batch)
+        # hears now that none is coming, not when its wait runs out.
+        while self._waiting:
+            future = self._waiting.popleft()[1]
+            if not future.done():
+                future.set_exception(TimeoutError("leadership ended"))

@@ -167,6 +167,7 @@ async def redrive_archived(request: web.Request) -> web.Response:
         raise BadRequest(str(exc)) from None
     target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
     result = await archive_search.redrive(target, files, picked, time.time(), loop)
+    await request.app[BROKER].archiver.ledger_changed()
     return web.json_response({**result, "missing": missing})
 
 

@@ -79,6 +79,7 @@ class MessageStore:
         self.max_redelivery_records = 10
         # A clustered leader's replication stream (storage/replication.py).
         self._positions: ReplicatedPositions | None = None
+        self._shipping: Shipping | None = None
         # Streams' logs (stream_log.py) live beside this store and ride on
         # its flushes.
         self.streams_directory = self.directory.parent / "streams"
@@ -248,12 +249,28 @@ class MessageStore:
         generation counts as synced once it is on every in-sync copy."""
         positions = self._positions = ReplicatedPositions(shipping, self.log.synced)
 
-        def written(generation: int, chunks: list, doomed: list) -> None:
+        def written(generation: int, chunks: list, doomed: list, rides: list) -> None:
+            # Streams' writes first: the flush's own frame comes last, so
+            # its position counts as synced only once theirs are too.
+            for stream, work in rides:
+                frame = _stream_frame(stream.name, work)
+                if frame is not None:
+                    shipping.ship_from_thread(frame, _ignore)
             shipping.ship_from_thread(["m", 0, chunks, doomed],
                                       lambda lsn: positions.shipped(generation, lsn))
 
         self.log.on_written = written
+        self._shipping = shipping
+        for stream in self.log.riders:
+            self._ship_redriven(stream)
         shipping.watch(self)
+
+    def _ship_redriven(self, stream: StreamLog) -> None:
+        """A stream's redriven marks go to the followers as they are noted
+        (on the loop: the workbench's answer waits until they are there)."""
+        shipping, name = self._shipping, stream.name
+        if shipping is not None:
+            stream.on_redriven = lambda data: shipping.ship(["sr", 0, name, data])
 
     def replication_progress(self) -> None:
         self._synced(self.log.synced)
@@ -281,15 +298,11 @@ class MessageStore:
         directory = self.streams_directory / vhost.encode().hex() / queue.encode().hex()
         stream = StreamLog(directory, segment_size, self.log.request_flush,
                            self.log.rider_appended)
+        stream.name = f"streams/{vhost.encode().hex()}/{queue.encode().hex()}"
         problems = stream.recover()
         self.log.riders.append(stream)
+        self._ship_redriven(stream)
         return stream, problems
-
-    @property
-    def replicating(self) -> bool:
-        """A clustered leader's store: what it confirms is on the followers
-        too (streams' logs are not shipped, so they take nothing then)."""
-        return self._positions is not None
 
     @property
     def next_generation(self) -> int:
@@ -303,8 +316,11 @@ class MessageStore:
     def _synced(self, generation: int) -> None:
         riders = self.log.riders
         if riders:
+            # Stream readers see what is on every in-sync copy, as
+            # RabbitMQ's see only committed chunks.
+            synced = self.synced
             for stream in riders:
-                stream.synced(generation)
+                stream.synced(synced)
             if any(stream.deleted for stream in riders):
                 self.log.riders = [stream for stream in riders if not stream.deleted]
         waiting, self._waiting = self._waiting, set()
@@ -320,6 +336,26 @@ class MessageStore:
 
     def close(self) -> None:
         self.log.close()
+
+
+def _ignore(lsn: int) -> None:
+    pass
+
+
+def _stream_frame(name: str | None, work) -> list | None:
+    """The replication frame of what a flush wrote for one stream
+    (StreamLog.take's work): its appends by segment and its doomed
+    segments, or its deletion."""
+    if name is None:
+        return None
+    if work[0] == "delete":
+        return ["sx", 0, name]
+    _, batch, doomed = work
+    chunks: dict[int, list[bytes]] = {}
+    for number, encoded in batch:
+        chunks.setdefault(number, []).append(encoded)
+    return ["s", 0, name, [[number, b"".join(parts)] for number, parts in chunks.items()],
+            list(doomed)]
 
 
 def _whole_numbers(entries: dict, key: tuple):

@@ -60,10 +60,11 @@ class SegmentLog:
         self._buffer_bytes = 0
         self._inflight_bytes = 0
         # A clustered leader's: called on the writer thread with each
-        # flush's generation, its encoded records by segment and the
-        # segments it deletes, once written and before the fsync, so the
-        # followers write them while this disk syncs.
-        self.on_written: Callable[[int, list, list], None] | None = None
+        # flush's generation, its encoded records by segment, the
+        # segments it deletes and what its riders wrote ((rider, work)
+        # pairs), once written and before the fsync, so the followers
+        # write them while this disk syncs.
+        self.on_written: Callable[[int, list, list, list], None] | None = None
         # Logs of their own written by this log's flushes (a stream's,
         # stream_log.py): `take(generation)` on the loop at the start of a
         # flush, `write(work)` on the writer thread before the flush counts
@@ -230,7 +231,7 @@ class SegmentLog:
         if shipped is not None:
             self.on_written(generation,
                             [[number, b"".join(parts)] for number, parts in shipped.items()],
-                            doomed)
+                            doomed, rides)
         files.sync()
         files.remove(doomed)
 

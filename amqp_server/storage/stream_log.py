@@ -109,6 +109,11 @@ class StreamLog:
         # Offsets the workbench redrove (copied back to their origin): kept
         # in a file of their own, one a line, so a second redrive is a choice.
         self.redriven: set[int] = set()
+        # A clustered leader's (message_store.py): the log's directory as
+        # the followers' copies name it, and what is told of each append
+        # to the redriven marks (the bytes appended).
+        self.name: str | None = None
+        self.on_redriven: Callable[[bytes], None] | None = None
 
     # ---- opening ------------------------------------------------------------------
 
@@ -141,11 +146,14 @@ class StreamLog:
         fresh = [offset for offset in offsets if offset not in self.redriven]
         if not fresh:
             return
-        with self._writing, open(self.directory / REDRIVEN, "a") as handle:
-            handle.write("".join(f"{offset}\n" for offset in fresh))
+        data = "".join(f"{offset}\n" for offset in fresh).encode()
+        with self._writing, open(self.directory / REDRIVEN, "ab") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         self.redriven.update(fresh)
+        if self.on_redriven is not None:
+            self.on_redriven(data)
 
     def _scan(self, number: int, problems: list[str]) -> Segment | None:
         path = self._path(number)

@@ -1,7 +1,7 @@
 """rabbit_stream_queue:declare/2's own checks, after the arguments' and the
 durability checks (vhost.py): a segment may not exceed 3 GB, a Bloom
-filter is 16 to 255 bytes; and ours: no stream on a clustered leader, whose
-followers would not get its log."""
+filter is 16 to 255 bytes.  (A clustered leader replicates a stream as any
+durable queue: its log rides on the message store's flushes.)"""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ from ...errors import precondition_failed
 from ...wire.table import FieldTable, typed_value
 
 
-def check_stream_declare(arguments: FieldTable, what: str, replicating: bool) -> None:
-    if replicating:
-        # A stream's log is not shipped to followers: a confirm from a
-        # clustered leader would promise a copy there is not.
-        raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: "
-                                  '"streams are not replicated in a cluster yet"')
+def check_stream_declare(arguments: FieldTable, what: str) -> None:
     size = typed_value(arguments, "x-stream-max-segment-size-bytes")
     if size is not None and size[1] > MAX_SEGMENT_SIZE:
         raise precondition_failed("Exceeded max value for x-stream-max-segment-size-bytes")

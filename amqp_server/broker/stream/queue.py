@@ -211,7 +211,7 @@ class StreamQueue(Queue):
     def plain(self) -> bool:
         """No per-message rule: runs of publishes may come in together
         (publishing.py), unless it must refuse them (enqueue)."""
-        return self.log is not None and not self._store.replicating
+        return self.log is not None
 
     @property
     def auto_delete_due(self) -> bool:
@@ -225,10 +225,12 @@ class StreamQueue(Queue):
 
     def enqueue(self, message: Message) -> str:
         stream = self.log
-        if stream is None or self._store.replicating:
-            # A broker without a data directory has nowhere to keep it, a
-            # clustered leader would not ship it to its followers: a
+        if stream is None:
+            # A broker without a data directory has nowhere to keep it: a
             # publisher in confirm mode hears a nack, never a silent loss.
+            # (A clustered leader ships the log with the store's flushes,
+            # storage/message_store.py, and confirms once it is on every
+            # in-sync copy.)
             self.stats["rejected_publishes"] += 1
             return REJECTED
         segments = stream.segments
