@@ -786,6 +786,20 @@
     return copy;
   }
 
+  // The filters a dead-letter list takes, the same in a queue's workbench
+  // and a stream's (the API reads the same names from both).
+  function deadLetterFilterFields() {
+    const text = (name, label) => el("label", {}, label, el("input", {name, id: "filter-" + name}));
+    return [
+      el("label", {}, "Reason", el("select", {name: "reason", id: "filter-reason"},
+        el("option", {value: "", text: "any"}), ...REASONS.map((r) => el("option", {value: r, text: r})))),
+      text("original_queue", "Original queue"), text("original_exchange", "Original exchange"),
+      el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
+      el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
+      text("message_id", "Message id"), text("body", "Body contains"),
+    ];
+  }
+
   function workbench(root, vhost, queue) {
     const base = `/api/queues/${enc(vhost)}/${enc(queue)}`;
     let offset = 0;
@@ -795,15 +809,8 @@
     const selected = new Set();
     const error = errorLine("workbench-error");
     const counts = el("p", {class: "muted", id: "workbench-counts"});
-    const text = (name, label) => el("label", {}, label, el("input", {name, id: "filter-" + name}));
     const filterForm = el("form", {class: "card", id: "filter-form"},
-      el("div", {class: "grid"},
-        el("label", {}, "Reason", el("select", {name: "reason", id: "filter-reason"},
-          el("option", {value: "", text: "any"}), ...REASONS.map((r) => el("option", {value: r, text: r})))),
-        text("original_queue", "Original queue"), text("original_exchange", "Original exchange"),
-        el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
-        el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
-        text("message_id", "Message id"), text("body", "Body contains")),
+      el("div", {class: "grid"}, ...deadLetterFilterFields()),
       el("div", {class: "toolbar"},
         el("button", {type: "submit", id: "filter-apply", text: "Apply filter"}),
         el("button", {type: "reset", class: "secondary", id: "filter-reset", text: "Clear"})));
@@ -1062,19 +1069,13 @@
     const selected = new Map();  // offset -> redriven already?
     const error = errorLine("workbench-error");
     const counts = el("p", {class: "muted", id: "workbench-counts"});
-    const text = (name, label) => el("label", {}, label, el("input", {name, id: "filter-" + name}));
     const form = el("form", {class: "card", id: "stream-form"},
       el("div", {class: "grid"},
         el("label", {}, "Start at offset", el("input", {name: "offset", id: "stream-offset",
           type: "number", min: "0", placeholder: "the first"})),
         el("label", {}, "or at the time", el("input", {name: "timestamp", id: "stream-time",
           type: "datetime-local", step: "1"})),
-        el("label", {}, "Reason", el("select", {name: "reason", id: "filter-reason"},
-          el("option", {value: "", text: "any"}), ...REASONS.map((r) => el("option", {value: r, text: r})))),
-        text("original_queue", "Original queue"), text("original_exchange", "Original exchange"),
-        el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
-        el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
-        text("message_id", "Message id"), text("body", "Body contains")),
+        ...deadLetterFilterFields()),
       el("div", {class: "toolbar"},
         el("button", {type: "submit", id: "stream-go", text: "Show"}),
         el("button", {type: "reset", class: "secondary", id: "filter-reset", text: "Clear"})));
