@@ -37,7 +37,7 @@ from policies.stream_rules import (
 )
 
 from ...errors import not_implemented, resource_name
-from ...wire.frames import shortstr
+from ...wire.frames import deliver_spliced, shortstr
 from ...wire.properties import decode_properties, encode_properties, locate
 from ...wire.table import FieldTable, typed_value
 from ..message import HEADER_PREFIX, Entry, Message
@@ -98,15 +98,23 @@ def with_offset(header: bytes, offset: int) -> bytes:
     property kept byte for byte.  The bytes before and after the offset's
     value depend only on the header, which messages of one publisher
     often share: found once per header."""
+    around = offset_parts(header)
+    if around[1] is None:
+        return _with_offset_decoded(header, offset)
+    return around[0] + _I64.pack(offset) + around[1]
+
+
+def offset_parts(header: bytes) -> tuple:
+    """(bytes before the offset's value, bytes after it) of the header as
+    delivered, or (None, None) when it must be decoded; found once per
+    distinct header."""
     around = _AROUND.get(header)
     if around is None:
         around = _around_offset(header)
         if len(_AROUND) >= 4096:
             _AROUND.clear()
         _AROUND[header] = around
-    if around[1] is None:
-        return _with_offset_decoded(header, offset)
-    return around[0] + _I64.pack(offset) + around[1]
+    return around
 
 
 _AROUND: dict[bytes, tuple] = {}
@@ -142,13 +150,46 @@ def _with_offset_decoded(header: bytes, offset: int) -> bytes:
     return header[:HEADER_PREFIX] + encode_properties(replace(props, headers=headers))
 
 
-def _delivered(offset: int, route: bytes, header: bytes, body: bytes) -> Message:
-    exchange, key = _route_parts(route)
-    return Message(exchange, key, route, with_offset(header, offset), body)
+class Delivered:
+    """A stream message as its consumers get it: the content header as
+    stored, which gets the offset only where the frames are written
+    (wire/frames.py deliver_spliced); the rest of a Message's surface is
+    built when something asks (a single delivery, management)."""
+
+    __slots__ = ("value", "route", "around", "body", "_stored", "_message")
+
+    def __init__(self, offset: int, route: bytes, header: bytes, body: bytes) -> None:
+        self.value = offset
+        self.route = route
+        self.around = offset_parts(header)
+        self.body = body
+        self._stored = header
+        self._message: Message | None = None
+
+    @property
+    def header(self) -> bytes:
+        return self.message.header
+
+    @property
+    def message(self) -> Message:
+        """The same message as a Message, its header with the offset."""
+        if self._message is None:
+            exchange, key = _route_parts(self.route)
+            self._message = Message(exchange, key, self.route,
+                                    with_offset(self._stored, self.value), self.body)
+        return self._message
+
+    def __getattr__(self, name: str):
+        return getattr(self.message, name)
+
+
+def _delivered(offset: int, route: bytes, header: bytes, body: bytes) -> Delivered:
+    return Delivered(offset, route, header, body)
 
 
 class StreamQueue(Queue):
     is_stream = True
+    deliver_frames = staticmethod(deliver_spliced)  # the offset written into each frame
 
     def __init__(self, *args, **kwargs) -> None:
         self.log = None  # the stream's log, once the broker gives it a store
