@@ -299,15 +299,27 @@ class StreamQueue(Queue):
         count = len(segments)
         now = self.clock()
         generation = self._store.next_generation
-        keeping = bool(self.readers)
-        for message in messages:
-            value = filter_value(message) if _FILTER_VALUE in message.header else None
-            offset = append(message.route, message.header, message.body, now, value)
-            message.stored_gen = generation
-            if keeping:
+        if self.readers:
+            # _keep for each, the oldest let go once for the run.
+            recent, order = self._recent, self._recent_order
+            size = 0
+            for message in messages:
+                header, body = message.header, message.body
+                value = filter_value(message) if _FILTER_VALUE in header else None
+                offset = append(message.route, header, body, now, value)
+                message.stored_gen = generation
                 active = segments[-1]
-                self._keep(offset, [None, value, active.number, active.size, message.route,
-                                    message.header, message.body])
+                recent[offset] = [None, value, active.number, active.size, message.route,
+                                  header, body]
+                order.append(offset)
+                size += len(body)
+            self._recent_bytes += size
+            self._let_go()
+        else:
+            for message in messages:
+                value = filter_value(message) if _FILTER_VALUE in message.header else None
+                append(message.route, message.header, message.body, now, value)
+                message.stored_gen = generation
         self.published += len(messages)
         if len(segments) != count:
             self.retain()  # a segment filled
@@ -388,10 +400,14 @@ class StreamQueue(Queue):
     def _keep(self, offset: int, kept: list) -> None:
         """`kept`: [message as delivered (None: not built yet), filter
         value, segment, end position(, route, header, body to build it)]."""
-        recent = self._recent
-        recent[offset] = kept
+        self._recent[offset] = kept
         self._recent_order.append(offset)
         self._recent_bytes += len(kept[6] if kept[0] is None else kept[0].body)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The oldest kept messages go while there are too many."""
+        recent = self._recent
         while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
             oldest = recent.pop(self._recent_order.popleft(), None)
             if oldest is not None:
