@@ -392,17 +392,19 @@ class StreamQueue(Queue):
     def _remember(self, item) -> Entry:
         """A message read from the log, as delivered (its offset header
         added), kept for the other readers that follow."""
-        message = _delivered(item.offset, item.route, item.header, item.body)
+        entry = Entry(item.offset, _delivered(item.offset, item.route, item.header, item.body))
         if item.offset not in self._recent:
-            self._keep(item.offset, [message, item.filter_value, item.segment, item.end])
-        return Entry(item.offset, message)
+            self._keep(item.offset, [entry, item.filter_value, item.segment, item.end])
+        return entry
 
     def _keep(self, offset: int, kept: list) -> None:
-        """`kept`: [message as delivered (None: not built yet), filter
-        value, segment, end position(, route, header, body to build it)]."""
+        """`kept`: [entry as delivered (None: not built yet), filter value,
+        segment, end position(, route, header, body to build it)].  Every
+        consumer gets the same entry: a stream's entries are never changed
+        by a delivery or a settlement, only counted."""
         self._recent[offset] = kept
         self._recent_order.append(offset)
-        self._recent_bytes += len(kept[6] if kept[0] is None else kept[0].body)
+        self._recent_bytes += len(kept[6] if kept[0] is None else kept[0].message.body)
         self._let_go()
 
     def _let_go(self) -> None:
@@ -411,7 +413,8 @@ class StreamQueue(Queue):
         while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
             oldest = recent.pop(self._recent_order.popleft(), None)
             if oldest is not None:
-                self._recent_bytes -= len(oldest[6] if oldest[0] is None else oldest[0].body)
+                self._recent_bytes -= len(oldest[6] if oldest[0] is None
+                                          else oldest[0].message.body)
 
     def _from_recent(self, reader, want: int, committed: int) -> list:
         """What another reader just read (or a publisher just appended),
@@ -428,11 +431,12 @@ class StreamQueue(Queue):
                 break
             last = found
             if passes is None or passes(found[1]):
-                message = found[0]
-                if message is None:
-                    message = found[0] = _delivered(offset, found[4], found[5], found[6])
+                entry = found[0]
+                if entry is None:
+                    entry = found[0] = Entry(offset, _delivered(offset, found[4], found[5],
+                                                                found[6]))
                     del found[4:]
-                entries.append(Entry(offset, message))
+                entries.append(entry)
             offset += 1
         if last is not None:
             reader.move_to(offset, last[2], last[3])
