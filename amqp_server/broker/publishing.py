@@ -184,16 +184,20 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
     refusal = None
     checked = 0
     last_header = None
+    inspected = False  # the last distinct header had something to check
     for message in messages:
         header = message.header
-        if header is not last_header and (header[HEADER_PREFIX] & CHECK_FLAGS
-                                          or header[HEADER_PREFIX + 1] & USER_ID_FLAG):
-            try:
-                check_content(message, grant, reply_name, layouts[checked] if layouts else None)
-            except AMQPError as error:
-                refusal = error
-                break
-        elif header is last_header:  # the same properties: the same findings
+        if header is not last_header:
+            inspected = bool(header[HEADER_PREFIX] & CHECK_FLAGS
+                             or header[HEADER_PREFIX + 1] & USER_ID_FLAG)
+            if inspected:
+                try:
+                    check_content(message, grant, reply_name,
+                                  layouts[checked] if layouts else None)
+                except AMQPError as error:
+                    refusal = error
+                    break
+        elif inspected:  # the same properties: the same findings
             message.found_as(messages[checked - 1])
         if delays:
             try:

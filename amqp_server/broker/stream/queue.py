@@ -158,10 +158,11 @@ class Delivered:
 
     __slots__ = ("value", "route", "around", "body", "_stored", "_message")
 
-    def __init__(self, offset: int, route: bytes, header: bytes, body: bytes) -> None:
+    def __init__(self, offset: int, route: bytes, header: bytes, body: bytes,
+                 around: tuple | None = None) -> None:
         self.value = offset
         self.route = route
-        self.around = offset_parts(header)
+        self.around = around or offset_parts(header)  # `around`: offset_parts(header)
         self.body = body
         self._stored = header
         self._message: Message | None = None
@@ -301,16 +302,20 @@ class StreamQueue(Queue):
         generation = self._store.next_generation
         if self.readers:
             # _keep for each, the oldest let go once for the run.
+            # Built as delivered now: the consumers at the tail take them next.
             recent, order = self._recent, self._recent_order
             size = 0
+            last_header = around = None
             for message in messages:
-                header, body = message.header, message.body
+                header, body, route = message.header, message.body, message.route
                 value = filter_value(message) if _FILTER_VALUE in header else None
-                offset = append(message.route, header, body, now, value)
+                offset = append(route, header, body, now, value)
                 message.stored_gen = generation
+                if header is not last_header:
+                    last_header, around = header, offset_parts(header)
                 active = segments[-1]
-                recent[offset] = [None, value, active.number, active.size, message.route,
-                                  header, body]
+                recent[offset] = [Entry(offset, Delivered(offset, route, header, body, around)),
+                                  value, active.number, active.size]
                 order.append(offset)
                 size += len(body)
             self._recent_bytes += size
@@ -409,12 +414,13 @@ class StreamQueue(Queue):
 
     def _let_go(self) -> None:
         """The oldest kept messages go while there are too many."""
-        recent = self._recent
-        while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
-            oldest = recent.pop(self._recent_order.popleft(), None)
+        recent, order = self._recent, self._recent_order
+        size = self._recent_bytes
+        while len(recent) > RECENT_MESSAGES or size > RECENT_BYTES:
+            oldest = recent.pop(order.popleft(), None)
             if oldest is not None:
-                self._recent_bytes -= len(oldest[6] if oldest[0] is None
-                                          else oldest[0].message.body)
+                size -= len(oldest[6] if oldest[0] is None else oldest[0].message.body)
+        self._recent_bytes = size
 
     def _from_recent(self, reader, want: int, committed: int) -> list:
         """What another reader just read (or a publisher just appended),
