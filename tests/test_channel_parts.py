@@ -251,6 +251,24 @@ def test_a_persistent_publish_is_confirmed_once_the_store_has_synced_it():
     assert conn.written[1:] == [frames.ack_frame(1, 3, True)]
 
 
+def test_a_run_of_persistent_publishes_is_confirmed_once_all_of_it_is_synced():
+    confirms, conn, _ = confirming()
+    confirms.answer(Message(), Outcome(), mandatory=False)
+    confirms.answer_run([Message(stored_gen=4), Message(stored_gen=5)], Outcome(),
+                        mandatory=False)
+    confirms.answer(Message(), Outcome(), mandatory=False)
+    confirms.flush()
+    assert conn.written == [frames.ack_frame(1, 1, False)]
+    conn.broker.store.synced = 4  # the run's first message only: none of it yet
+    confirms.durable_progress()
+    confirms.flush()
+    assert conn.written == [frames.ack_frame(1, 1, False)]
+    conn.broker.store.synced = 5
+    confirms.durable_progress()
+    confirms.flush()
+    assert conn.written[1:] == [frames.ack_frame(1, 4, True)]
+
+
 def test_a_closed_channel_confirms_nothing_more():
     confirms, conn, _ = confirming()
     confirms.answer(Message(), Outcome(), mandatory=False)

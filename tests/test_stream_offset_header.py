@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from amqp_server.broker.message import HEADER_PREFIX
-from amqp_server.broker.stream.queue import _with_offset_decoded, with_offset
-from amqp_server.wire.frames import content_header
+from amqp_server.broker.message import HEADER_PREFIX, Entry, Message
+from amqp_server.broker.stream.queue import Delivered, _with_offset_decoded, with_offset
+from amqp_server.wire.frames import content_header, deliver_many, deliver_spliced, shortstr
 from amqp_server.wire.properties import Properties, decode_properties, encode_properties
 from amqp_server.wire.table import FieldTable
 
@@ -42,3 +42,19 @@ def test_the_spliced_header_decodes_as_the_rebuilt_one(raw):
     assert fast[:HEADER_PREFIX] == raw[:HEADER_PREFIX]  # class, weight, body size
     before = decode_properties(raw[HEADER_PREFIX:])
     assert replace(decoded, headers=None) == replace(before, headers=None)
+
+
+def test_frames_with_the_offset_written_in_are_the_frames_of_the_spliced_headers():
+    # deliver_spliced (the stream's delivery frames) against deliver_many
+    # given each header with its offset: the same bytes, for every kind of
+    # header, a body larger than a frame and an empty one among them.
+    route = shortstr("") + shortstr("s")
+    stored = [(raw, b"hello") for raw in CASES]
+    stored += [(content_header(300, encode_properties(Properties())), b"x" * 300),
+               (content_header(0, encode_properties(Properties())), b"")]
+    entries = [Entry(offset, Delivered(offset, route, raw, body))
+               for offset, (raw, body) in enumerate(stored * 2, start=2**40)]
+    expected = deliver_many(3, shortstr("ctag"), 7, [
+        Entry(entry.seq, Message("", "s", route, with_offset(raw, entry.seq), body))
+        for entry, (raw, body) in zip(entries, stored * 2, strict=True)], 256)
+    assert deliver_spliced(3, shortstr("ctag"), 7, entries, 256) == expected

@@ -169,29 +169,35 @@ def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bo
 
 def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: bool = False,
                 reply_name: str | None = None, layouts: list | None = None,
-                answer=None) -> None:
+                answer=None, answer_run=None) -> None:
     """Messages published back to back to the same exchange with the same
     routing key (their properties may differ), with the same outcome as
     `publish` for each: routed once where nothing in them can route them
     apart, queued together where every queue they go to is plain.
     `answer(message, outcome, mandatory)`, when given, hears each outcome
-    in order, as soon as it is known.  Should a message fail its checks,
-    those before it are published first, then its error is raised."""
+    in order, as soon as it is known; `answer_run(messages, outcome,
+    mandatory)`, when given too, hears a run queued together at once.
+    Should a message fail its checks, those before it are published
+    first, then its error is raised."""
     exchange = exchange_for(vhost, messages[0].exchange, grant)
     delays = exchange.type_name == DELAYED_TYPE
     refusal = None
     checked = 0
     last_header = None
+    inspected = False  # the last distinct header had something to check
     for message in messages:
         header = message.header
-        if header is not last_header and (header[HEADER_PREFIX] & CHECK_FLAGS
-                                          or header[HEADER_PREFIX + 1] & USER_ID_FLAG):
-            try:
-                check_content(message, grant, reply_name, layouts[checked] if layouts else None)
-            except AMQPError as error:
-                refusal = error
-                break
-        elif header is last_header:  # the same properties: the same findings
+        if header is not last_header:
+            inspected = bool(header[HEADER_PREFIX] & CHECK_FLAGS
+                             or header[HEADER_PREFIX + 1] & USER_ID_FLAG)
+            if inspected:
+                try:
+                    check_content(message, grant, reply_name,
+                                  layouts[checked] if layouts else None)
+                except AMQPError as error:
+                    refusal = error
+                    break
+        elif inspected:  # the same properties: the same findings
             message.found_as(messages[checked - 1])
         if delays:
             try:
@@ -204,13 +210,13 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
         checked += 1
     if checked:
         _route_run(vhost, exchange, messages[:checked] if refusal else messages, mandatory,
-                   confirm, answer)
+                   confirm, answer, answer_run)
     if refusal is not None:
         raise refusal
 
 
 def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
-               answer) -> None:
+               answer, answer_run) -> None:
     counters = vhost.counters
     first = messages[0]
     keys = first.routing_keys
@@ -229,7 +235,9 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
             counters.publishes(len(messages), bool(queues), mandatory, confirm)
             for queue in queues:
                 queue.enqueue_run(messages)
-            if answer is not None:
+            if answer_run is not None:
+                answer_run(messages, outcome, mandatory)
+            elif answer is not None:
                 for message in messages:
                     answer(message, outcome, mandatory)
             return

@@ -101,6 +101,7 @@ class StreamLog:
         self._doomed: list[int] = []
         self._pending: deque[tuple[int, int]] = deque()  # (generation, next offset then)
         self._files = SegmentFiles(self._path)
+        self._pack = records.packer().pack  # appends come from the event loop only
         # Held by the writer thread while it writes this log, so a delete
         # never renames the directory under a write.
         self._writing = threading.Lock()
@@ -202,7 +203,7 @@ class StreamLog:
         record = ["S", offset, now, route, header, body]
         if filter_value is not None:
             record.append(filter_value)
-        encoded = records.encode(record)
+        encoded = records.frame(self._pack(record))
         if active.count % INDEX_EVERY == 0:
             active.marks.append((offset, active.size))
         if active.oldest is None:

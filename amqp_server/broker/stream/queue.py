@@ -37,7 +37,7 @@ from policies.stream_rules import (
 )
 
 from ...errors import not_implemented, resource_name
-from ...wire.frames import shortstr
+from ...wire.frames import deliver_spliced, shortstr
 from ...wire.properties import decode_properties, encode_properties, locate
 from ...wire.table import FieldTable, typed_value
 from ..message import HEADER_PREFIX, Entry, Message
@@ -98,15 +98,23 @@ def with_offset(header: bytes, offset: int) -> bytes:
     property kept byte for byte.  The bytes before and after the offset's
     value depend only on the header, which messages of one publisher
     often share: found once per header."""
+    around = offset_parts(header)
+    if around[1] is None:
+        return _with_offset_decoded(header, offset)
+    return around[0] + _I64.pack(offset) + around[1]
+
+
+def offset_parts(header: bytes) -> tuple:
+    """(bytes before the offset's value, bytes after it) of the header as
+    delivered, or (None, None) when it must be decoded; found once per
+    distinct header."""
     around = _AROUND.get(header)
     if around is None:
         around = _around_offset(header)
         if len(_AROUND) >= 4096:
             _AROUND.clear()
         _AROUND[header] = around
-    if around[1] is None:
-        return _with_offset_decoded(header, offset)
-    return around[0] + _I64.pack(offset) + around[1]
+    return around
 
 
 _AROUND: dict[bytes, tuple] = {}
@@ -142,13 +150,47 @@ def _with_offset_decoded(header: bytes, offset: int) -> bytes:
     return header[:HEADER_PREFIX] + encode_properties(replace(props, headers=headers))
 
 
-def _delivered(offset: int, route: bytes, header: bytes, body: bytes) -> Message:
-    exchange, key = _route_parts(route)
-    return Message(exchange, key, route, with_offset(header, offset), body)
+class Delivered:
+    """A stream message as its consumers get it: the content header as
+    stored, which gets the offset only where the frames are written
+    (wire/frames.py deliver_spliced); the rest of a Message's surface is
+    built when something asks (a single delivery, management)."""
+
+    __slots__ = ("value", "route", "around", "body", "_stored", "_message")
+
+    def __init__(self, offset: int, route: bytes, header: bytes, body: bytes,
+                 around: tuple | None = None) -> None:
+        self.value = offset
+        self.route = route
+        self.around = around or offset_parts(header)  # `around`: offset_parts(header)
+        self.body = body
+        self._stored = header
+        self._message: Message | None = None
+
+    @property
+    def header(self) -> bytes:
+        return self.message.header
+
+    @property
+    def message(self) -> Message:
+        """The same message as a Message, its header with the offset."""
+        if self._message is None:
+            exchange, key = _route_parts(self.route)
+            self._message = Message(exchange, key, self.route,
+                                    with_offset(self._stored, self.value), self.body)
+        return self._message
+
+    def __getattr__(self, name: str):
+        return getattr(self.message, name)
+
+
+def _delivered(offset: int, route: bytes, header: bytes, body: bytes) -> Delivered:
+    return Delivered(offset, route, header, body)
 
 
 class StreamQueue(Queue):
     is_stream = True
+    deliver_frames = staticmethod(deliver_spliced)  # the offset written into each frame
 
     def __init__(self, *args, **kwargs) -> None:
         self.log = None  # the stream's log, once the broker gives it a store
@@ -260,15 +302,31 @@ class StreamQueue(Queue):
         count = len(segments)
         now = self.clock()
         generation = self._store.next_generation
-        keeping = bool(self.readers)
-        for message in messages:
-            value = filter_value(message) if _FILTER_VALUE in message.header else None
-            offset = append(message.route, message.header, message.body, now, value)
-            message.stored_gen = generation
-            if keeping:
+        if self.readers:
+            # _keep for each, the oldest let go once for the run.
+            # Built as delivered now: the consumers at the tail take them next.
+            recent, order = self._recent, self._recent_order
+            size = 0
+            last_header = around = None
+            for message in messages:
+                header, body, route = message.header, message.body, message.route
+                value = filter_value(message) if _FILTER_VALUE in header else None
+                offset = append(route, header, body, now, value)
+                message.stored_gen = generation
+                if header is not last_header:
+                    last_header, around = header, offset_parts(header)
                 active = segments[-1]
-                self._keep(offset, [None, value, active.number, active.size, message.route,
-                                    message.header, message.body])
+                recent[offset] = [Entry(offset, Delivered(offset, route, header, body, around)),
+                                  value, active.number, active.size]
+                order.append(offset)
+                size += len(body)
+            self._recent_bytes += size
+            self._let_go()
+        else:
+            for message in messages:
+                value = filter_value(message) if _FILTER_VALUE in message.header else None
+                append(message.route, message.header, message.body, now, value)
+                message.stored_gen = generation
         self.published += len(messages)
         if len(segments) != count:
             self.retain()  # a segment filled
@@ -341,22 +399,30 @@ class StreamQueue(Queue):
     def _remember(self, item) -> Entry:
         """A message read from the log, as delivered (its offset header
         added), kept for the other readers that follow."""
-        message = _delivered(item.offset, item.route, item.header, item.body)
+        entry = Entry(item.offset, _delivered(item.offset, item.route, item.header, item.body))
         if item.offset not in self._recent:
-            self._keep(item.offset, [message, item.filter_value, item.segment, item.end])
-        return Entry(item.offset, message)
+            self._keep(item.offset, [entry, item.filter_value, item.segment, item.end])
+        return entry
 
     def _keep(self, offset: int, kept: list) -> None:
-        """`kept`: [message as delivered (None: not built yet), filter
-        value, segment, end position(, route, header, body to build it)]."""
-        recent = self._recent
-        recent[offset] = kept
+        """`kept`: [entry as delivered (None: not built yet), filter value,
+        segment, end position(, route, header, body to build it)].  Every
+        consumer gets the same entry: a stream's entries are never changed
+        by a delivery or a settlement, only counted."""
+        self._recent[offset] = kept
         self._recent_order.append(offset)
-        self._recent_bytes += len(kept[6] if kept[0] is None else kept[0].body)
-        while len(recent) > RECENT_MESSAGES or self._recent_bytes > RECENT_BYTES:
-            oldest = recent.pop(self._recent_order.popleft(), None)
+        self._recent_bytes += len(kept[6] if kept[0] is None else kept[0].message.body)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The oldest kept messages go while there are too many."""
+        recent, order = self._recent, self._recent_order
+        size = self._recent_bytes
+        while len(recent) > RECENT_MESSAGES or size > RECENT_BYTES:
+            oldest = recent.pop(order.popleft(), None)
             if oldest is not None:
-                self._recent_bytes -= len(oldest[6] if oldest[0] is None else oldest[0].body)
+                size -= len(oldest[6] if oldest[0] is None else oldest[0].message.body)
+        self._recent_bytes = size
 
     def _from_recent(self, reader, want: int, committed: int) -> list:
         """What another reader just read (or a publisher just appended),
@@ -373,11 +439,12 @@ class StreamQueue(Queue):
                 break
             last = found
             if passes is None or passes(found[1]):
-                message = found[0]
-                if message is None:
-                    message = found[0] = _delivered(offset, found[4], found[5], found[6])
+                entry = found[0]
+                if entry is None:
+                    entry = found[0] = Entry(offset, _delivered(offset, found[4], found[5],
+                                                                found[6]))
                     del found[4:]
-                entries.append(Entry(offset, message))
+                entries.append(entry)
             offset += 1
         if last is not None:
             reader.move_to(offset, last[2], last[3])

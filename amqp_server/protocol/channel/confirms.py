@@ -10,7 +10,7 @@ Needs: the connection (`write`, `frame_max`, `confirms_due` to have
 (`on_disk`, `wait_for_disk`, `pending_definitions`) and the channel, which
 the connection calls back.
 
-Interface: `select`, `answer`, `flush`, `durable_progress`, `close`.
+Interface: `select`, `answer`, `answer_run`, `flush`, `durable_progress`, `close`.
 """
 
 from __future__ import annotations
@@ -69,6 +69,27 @@ class Confirms:
             self._nacks.append(self.publish_seq)
         elif message.stored_gen is not None:
             self._durable_waits.append((self.publish_seq, message.stored_gen,
+                                        self._output.pending_definitions()))
+        if not self._pending:
+            self._pending = True
+            self._conn.confirms_due(self._channel)
+
+    def answer_run(self, messages: list, outcome, mandatory: bool) -> None:
+        """`answer` for a run of publishes that met one outcome together
+        (broker/publishing.py's plain queues): in confirm mode one wait for
+        the whole run, on the latest store flush any of them needs, instead
+        of one per publish.  None of the run is confirmed before all of it
+        is on disk; they were stored together, so that costs no time."""
+        if not self.on or outcome.refused or (mandatory and not outcome.routed):
+            for message in messages:
+                self.answer(message, outcome, mandatory)
+            return
+        first = self.publish_seq + 1
+        self.publish_seq += len(messages)
+        generations = [message.stored_gen for message in messages
+                       if message.stored_gen is not None]
+        if generations:
+            self._durable_waits.append((first, max(generations),
                                         self._output.pending_definitions()))
         if not self._pending:
             self._pending = True

@@ -82,8 +82,10 @@ class Deliveries:
         tag = self.next_tag
         count = len(entries)
         self.next_tag = tag + count
-        self._output.write(frames.deliver_many(self.number, consumer.tag_bytes, tag, entries,
-                                               self._conn.frame_max))
+        # A queue may build its deliveries' frames its own way (streams).
+        build = getattr(queue, "deliver_frames", frames.deliver_many)
+        self._output.write(build(self.number, consumer.tag_bytes, tag, entries,
+                                 self._conn.frame_max))
         self._counters.delivered(queue, count, consumer.no_ack,
                                  sum(map(_REDELIVERED, entries)))
         if consumer.no_ack:

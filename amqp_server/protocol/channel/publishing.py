@@ -169,6 +169,8 @@ class Publishing:
         same routing key, read together (the connection's on_publish_run): the
         same outcome as `publish` for each, answered in order."""
         confirms = self._confirms
+        answering = mandatory or confirms.on
         self._vhost.publish_run(messages, self._conn.grant, mandatory, confirms.on,
                                 self._replies.name, layouts,
-                                confirms.answer if mandatory or confirms.on else None)
+                                confirms.answer if answering else None,
+                                confirms.answer_run if answering else None)
