@@ -48,10 +48,6 @@ def _header_map(header: bytes) -> dict[str, str]:
     return string_map(table)
 
 
-def _headers(header: bytes) -> str:
-    return encode_json(_header_map(header))
-
-
 def event_fields(header: bytes, body: bytes, body_limit: int) -> dict:
     """This message's own fields of its log line (event_line's, as values
     rather than JSON text): for a writer of columns, the archive's."""
@@ -75,20 +71,18 @@ def node_member(node: str) -> str:
 def event_line(head: str, header: bytes, body: bytes, body_limit: int,
                node_field: str, event_id: str) -> str:
     """One log line: `head` (the shared fields, from the broker), then this
-    message's own parts (its content header and body as they were stored),
-    its `event_id`, then `node_field` (from node_member, encoded once per
-    batch)."""
-    props = simple_properties(header, CONTENT_HEADER_PREFIX)
-    headers = _headers(header)
-    # Property values are plain strings and numbers: JSON-encoded once for
-    # the value, once more to carry that JSON as a string.
-    properties = ",".join(f"{encode_basestring(name)}:{encode_basestring(_scalar(value))}"
-                          for name, value in props.items())
-    included = len(body) <= body_limit
-    return (f'{head},"message_id":{json_text(props.get("message_id"))},'
-            f'"correlation_id":{json_text(props.get("correlation_id"))},'
-            f'"properties":{{{properties}}},"headers":{headers},"body_size":{len(body)},'
-            f'"body_sha256":"{sha256(body).hexdigest()}",'
-            f'"body":{json_text(b64encode(body).decode()) if included else "null"},'
-            f'"body_included":{"true" if included else "false"},'
+    message's own parts (event_fields, of its content header and body as
+    they were stored), its `event_id`, then `node_field` (from node_member,
+    encoded once per batch)."""
+    own = event_fields(header, body, body_limit)
+    # Property values are plain strings and numbers (_scalar: JSON already),
+    # carried as strings: the value's JSON encoded once more.
+    properties = ",".join(f"{encode_basestring(name)}:{encode_basestring(value)}"
+                          for name, value in own["properties"].items())
+    return (f'{head},"message_id":{json_text(own["message_id"])},'
+            f'"correlation_id":{json_text(own["correlation_id"])},'
+            f'"properties":{{{properties}}},"headers":{encode_json(own["headers"])},'
+            f'"body_size":{own["body_size"]},"body_sha256":"{own["body_sha256"]}",'
+            f'"body":{json_text(own["body"])},'
+            f'"body_included":{"true" if own["body_included"] else "false"},'
             f'"event_id":"{event_id}",{node_field}}}\n')
