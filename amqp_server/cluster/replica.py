@@ -200,12 +200,7 @@ class Replica:
         if chunks:
             newest = max(number for number, _ in chunks)
             for number in [n for n in self._segments if n < newest]:
-                handle = self._segments.pop(number)
-                if number in touched:
-                    touched.discard(number)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                handle.close()
+                _close_file(self._segments, number, touched)
         return created
 
     # ---- streams and the archive -------------------------------------------
@@ -229,7 +224,7 @@ class Replica:
             if handle is None:
                 # A segment the leader rolled past is complete: close it.
                 for old in [k for k in files if k[0] == name and k[1] < number]:
-                    self._close_stream_file(old, touched)
+                    _close_file(files, old, touched)
                 path = directory / f"{number:08d}.seg"
                 if not path.exists():
                     self._made.add(directory)
@@ -244,14 +239,6 @@ class Replica:
             touched.discard(key)
             (directory / f"{number:08d}.seg").unlink(missing_ok=True)
             self._made.add(directory)
-
-    def _close_stream_file(self, key: tuple[str, int], touched: set) -> None:
-        handle = self._stream_files.pop(key)
-        if key in touched:
-            touched.discard(key)
-            handle.flush()
-            os.fsync(handle.fileno())
-        handle.close()
 
     def _stream_deleted(self, name: str, touched: set) -> None:
         for key in [k for k in self._stream_files if k[0] == name]:
@@ -376,3 +363,14 @@ class Replica:
         self._copying = None
         if self.dead_letter_files is not None:
             self.dead_letter_files.close()
+
+
+def _close_file(files: dict, key, touched: set) -> None:
+    """Close a segment file the leader rolled past (a message segment or a
+    stream's), fsynced first if this batch wrote to it."""
+    handle = files.pop(key)
+    if key in touched:
+        touched.discard(key)
+        handle.flush()
+        os.fsync(handle.fileno())
+    handle.close()

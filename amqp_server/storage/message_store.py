@@ -298,7 +298,8 @@ class MessageStore:
         directory = self.streams_directory / vhost.encode().hex() / queue.encode().hex()
         stream = StreamLog(directory, segment_size, self.log.request_flush,
                            self.log.rider_appended)
-        stream.name = f"streams/{vhost.encode().hex()}/{queue.encode().hex()}"
+        # Its name in replication frames: the directory under the data directory.
+        stream.name = directory.relative_to(self.directory.parent).as_posix()
         problems = stream.recover()
         self.log.riders.append(stream)
         self._ship_redriven(stream)
