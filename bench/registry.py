@@ -43,6 +43,18 @@ SCENARIOS = {
         metric="deliveries_per_s",
         what="aio-pika publisher with confirms (100 in flight), distinct properties; "
              "aio-pika consumer, message.ack() each; prefetch 100"),
+    "stream-1-distinct": dict(
+        run=lambda url, scale: stream_publish_consume(url, int(100_000 * scale), 1,
+                                                      distinct=True),
+        metric="deliveries_per_s",
+        what="100 B messages with a message-id, trace-id header, content-type and timestamp "
+             "each, published with confirms (2,000 in flight) into a stream; one consumer "
+             "from offset first, prefetch 1000, one basic.ack per delivery"),
+    "stream-5-distinct": dict(
+        run=lambda url, scale: stream_publish_consume(url, int(100_000 * scale), 5,
+                                                      distinct=True),
+        metric="deliveries_per_s",
+        what="the same with five consumers, each reading every message"),
     "latency": dict(
         run=lambda url, scale: latency(url, 5000, 10 * scale),
         metric="p99_ms", better="lower", extra=("p50_ms", "p999_ms"),

@@ -1,8 +1,12 @@
 """Streams: publish with confirms into a stream while one or five consumers
-read it from the first offset, each acknowledging with a multiple ack per
-window (a stream's prefetch is its credit); and the broker's memory while
-a stream holds N messages nobody consumes (a stream keeps nothing per
-message in memory, so it should stay flat)."""
+read it from the first offset (a stream's prefetch is its credit); and the
+broker's memory while a stream holds N messages nobody consumes (a stream
+keeps nothing per message in memory, so it should stay flat).
+
+Two shapes: as applications publish and consume (`distinct`: each message
+its own message-id, trace-id header, content-type and timestamp, each
+delivery acknowledged with a basic.ack of its own), and the best case (the
+same message over and over, a multiple ack per quarter of the prefetch)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from amqp_server.wire.table import FieldTable
 
 from .client import connect, encoded_publish
 from .procinfo import RssSampler
+from .realistic import SettleEach, distinct_publishes
 from .scenarios import _run
 
 WINDOW = 2000     # unconfirmed publishes at most
@@ -33,19 +38,28 @@ async def _declare(url: str, queue: str):
     return admin
 
 
-async def _publish(url: str, queue: str, count: int) -> int:
+def _batches(queue: str, count: int, distinct: bool) -> list[bytes]:
+    """The publishes, BATCH a write, encoded before the clock starts."""
+    if distinct:
+        run = uuid.uuid4().hex[:6]
+        return [distinct_publishes("", queue, first, min(BATCH, count - first), run)
+                for first in range(0, count, BATCH)]
+    batch = encoded_publish(1, "", queue, b"x" * 100, BATCH)
+    return [batch] * -(-count // BATCH)
+
+
+async def _publish(url: str, batches: list[bytes], count: int) -> int:
     """`count` 100-byte messages with confirms; returns the nacks."""
     conn = await connect(url)
     await conn.open_channel(1)
     await conn.call(1, make(spec.Confirm.Select), spec.Confirm.SelectOk)
-    batch = encoded_publish(1, "", queue, b"x" * 100, BATCH)
     sent = 0
-    while sent < count:
+    for batch in batches:
         while sent - conn.confirmed >= WINDOW:
             conn.confirm_event.clear()
             await asyncio.wait_for(conn.confirm_event.wait(), 60)
         conn.transport.write(batch)
-        sent += BATCH
+        sent += min(BATCH, count - sent)
         await conn.drain()
     while conn.confirmed < sent:
         conn.confirm_event.clear()
@@ -54,11 +68,14 @@ async def _publish(url: str, queue: str, count: int) -> int:
     return conn.nacked
 
 
-async def _consumer(url: str, queue: str, count: int, started: asyncio.Event):
-    conn = await connect(url)
+async def _consumer(url: str, queue: str, count: int, started: asyncio.Event, distinct: bool):
+    if distinct:
+        conn = await connect(url, lambda: SettleEach("ack"))
+    else:
+        conn = await connect(url)
+        conn.ack_every = PREFETCH // 4
     await conn.open_channel(1)
     await conn.call(1, make(spec.Basic.Qos, prefetch_count=PREFETCH), spec.Basic.QosOk)
-    conn.ack_every = PREFETCH // 4
     done = asyncio.get_running_loop().create_future()
 
     def counted(total: int) -> None:
@@ -72,16 +89,18 @@ async def _consumer(url: str, queue: str, count: int, started: asyncio.Event):
     return conn, done
 
 
-async def _publish_consume(url: str, count: int, consumers: int, timeout: float) -> dict:
+async def _publish_consume(url: str, count: int, consumers: int, timeout: float,
+                           distinct: bool) -> dict:
     queue = f"bench-{uuid.uuid4().hex[:8]}-stream"
     admin = await _declare(url, queue)
     readers = []
     for _ in range(consumers):
         started = asyncio.Event()
-        readers.append(await _consumer(url, queue, count, started))
+        readers.append(await _consumer(url, queue, count, started, distinct))
+    batches = _batches(queue, count, distinct)
     begun = time.perf_counter()
     try:
-        nacked = await asyncio.wait_for(_publish(url, queue, count), timeout)
+        nacked = await asyncio.wait_for(_publish(url, batches, count), timeout)
         published = time.perf_counter() - begun
         await asyncio.wait_for(asyncio.gather(*(done for _, done in readers)), timeout)
     except TimeoutError:
@@ -98,8 +117,9 @@ async def _publish_consume(url: str, count: int, consumers: int, timeout: float)
             "deliveries_per_s": round(count * consumers / elapsed)}
 
 
-def stream_publish_consume(url: str, count: int, consumers: int, timeout: float = 180) -> dict:
-    return _run(_publish_consume(url, count, consumers, timeout))
+def stream_publish_consume(url: str, count: int, consumers: int, timeout: float = 180,
+                           distinct: bool = False) -> dict:
+    return _run(_publish_consume(url, count, consumers, timeout, distinct))
 
 
 async def _fill(url: str, count: int) -> dict:
@@ -108,10 +128,10 @@ async def _fill(url: str, count: int) -> dict:
     await asyncio.sleep(0.5)
     sampler = RssSampler.for_url(url)
     half = count // 2
-    await _publish(url, queue, half)
+    await _publish(url, _batches(queue, half, False), half)
     sampler.sample()
     at_half = sampler.peak
-    await _publish(url, queue, count - half)
+    await _publish(url, _batches(queue, count - half, False), count - half)
     time.sleep(1.0)  # let lazy work settle before the last sample
     sampler.sample()
     await admin.call(1, make(spec.Queue.Delete, queue=queue), spec.Queue.DeleteOk)

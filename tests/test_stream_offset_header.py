@@ -9,9 +9,19 @@ from dataclasses import replace
 import pytest
 
 from amqp_server.broker.message import HEADER_PREFIX, Entry, Message
-from amqp_server.broker.stream.queue import Delivered, _with_offset_decoded, with_offset
+from amqp_server.broker.stream.queue import (
+    Delivered,
+    _with_offset_decoded,
+    offset_parts,
+    with_offset,
+)
 from amqp_server.wire.frames import content_header, deliver_many, deliver_spliced, shortstr
-from amqp_server.wire.properties import Properties, decode_properties, encode_properties
+from amqp_server.wire.properties import (
+    Properties,
+    decode_properties,
+    encode_properties,
+    scan_properties,
+)
 from amqp_server.wire.table import FieldTable
 
 
@@ -58,3 +68,12 @@ def test_frames_with_the_offset_written_in_are_the_frames_of_the_spliced_headers
         Entry(entry.seq, Message("", "s", route, with_offset(raw, entry.seq), body))
         for entry, (raw, body) in zip(entries, stored * 2, strict=True)], 256)
     assert deliver_spliced(3, shortstr("ctag"), 7, entries, 256) == expected
+
+
+@pytest.mark.parametrize("raw", CASES)
+def test_the_layout_found_on_arrival_splices_as_the_walk_does(raw):
+    # A publish run hands the stream scan_properties's layout of each
+    # header (publishing.py): the splice from it is the one found by
+    # walking the header.
+    layout = scan_properties(raw, HEADER_PREFIX)
+    assert offset_parts(raw, layout) == offset_parts(raw)

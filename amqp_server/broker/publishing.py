@@ -178,7 +178,8 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
     in order, as soon as it is known; `answer_run(messages, outcome,
     mandatory)`, when given too, hears a run queued together at once.
     Should a message fail its checks, those before it are published
-    first, then its error is raised."""
+    first, then its error is raised.  `layouts` (scan_properties's, one a
+    message) go on to the queues while every header is the one scanned."""
     exchange = exchange_for(vhost, messages[0].exchange, grant)
     delays = exchange.type_name == DELAYED_TYPE
     refusal = None
@@ -197,6 +198,8 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
                 except AMQPError as error:
                     refusal = error
                     break
+                if message.header is not header:
+                    layouts = None  # a BCC or reply-to check gave it another header
         elif inspected:  # the same properties: the same findings
             message.found_as(messages[checked - 1])
         if delays:
@@ -210,13 +213,13 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
         checked += 1
     if checked:
         _route_run(vhost, exchange, messages[:checked] if refusal else messages, mandatory,
-                   confirm, answer, answer_run)
+                   confirm, answer, answer_run, layouts)
     if refusal is not None:
         raise refusal
 
 
 def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
-               answer, answer_run) -> None:
+               answer, answer_run, layouts: list | None) -> None:
     counters = vhost.counters
     first = messages[0]
     keys = first.routing_keys
@@ -234,7 +237,7 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
             outcome = ACCEPTED if queues else UNROUTED
             counters.publishes(len(messages), bool(queues), mandatory, confirm)
             for queue in queues:
-                queue.enqueue_run(messages)
+                queue.enqueue_run(messages, layouts)
             if answer_run is not None:
                 answer_run(messages, outcome, mandatory)
             elif answer is not None:

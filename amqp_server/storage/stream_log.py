@@ -194,26 +194,40 @@ class StreamLog:
                filter_value: str | None = None) -> int:
         """Buffer one message; returns its offset.  On disk with the store's
         next flush."""
-        active = self.segments[-1]
-        if active.size >= self.segment_size and active.count:
-            self._start_segment(active.number + 1)
-            active = self.segments[-1]
-        offset = self.next_offset
-        self.next_offset = offset + 1
-        record = ["S", offset, now, route, header, body]
-        if filter_value is not None:
-            record.append(filter_value)
-        encoded = records.frame(self._pack(record))
-        if active.count % INDEX_EVERY == 0:
-            active.marks.append((offset, active.size))
-        if active.oldest is None:
-            active.oldest = now
-        active.count += 1
-        active.newest = now
-        active.size += len(encoded)
-        self._buffer.append((active.number, encoded))
-        self.appended(len(encoded))
-        return offset
+        return self.append_run(((route, header, body, filter_value),), now)
+
+    def append_run(self, rows, now: float, ends: list | None = None) -> int:
+        """Buffer messages published together, `rows` of (route, header,
+        body, filter value or None); returns the first one's offset.  With
+        `ends`, each message's (segment number, byte position after it) is
+        appended to it, where a reader at the tail goes on from."""
+        segments = self.segments
+        active = segments[-1]
+        pack, frame, buffer = self._pack, records.frame, self._buffer
+        first = offset = self.next_offset
+        total = 0
+        for route, header, body, value in rows:
+            if active.size >= self.segment_size and active.count:
+                self.next_offset = offset
+                self._start_segment(active.number + 1)
+                active = segments[-1]
+            encoded = frame(pack(["S", offset, now, route, header, body] if value is None
+                                 else ["S", offset, now, route, header, body, value]))
+            if active.count % INDEX_EVERY == 0:
+                active.marks.append((offset, active.size))
+                if active.oldest is None:  # its first message (always at a mark)
+                    active.oldest = now
+            active.count += 1
+            active.newest = now
+            active.size += len(encoded)
+            buffer.append((active.number, encoded))
+            total += len(encoded)
+            if ends is not None:
+                ends.append((active.number, active.size))
+            offset += 1
+        self.next_offset = offset
+        self.appended(total)
+        return first
 
     # ---- the store's flush (segments.SegmentLog's riders) ---------------------------
 

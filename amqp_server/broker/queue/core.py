@@ -30,7 +30,7 @@ The commands (what channels, the virtual host, the broker and the
 workbench call):
 
     enqueue(message) -> ACCEPTED | REJECTED    a routed message
-    enqueue_run(messages)            a run into a plain queue (never refused)
+    enqueue_run(messages, layouts)   a run into a plain queue (never refused)
     dispatch()                       hand ready messages to consumers with room
     take_one() -> Entry | None       basic.get
     settle(entries)                  acknowledged (or discarded) for good
@@ -336,11 +336,13 @@ class Queue:
             self.store.returned(self.vhost, self.name, entry, due, always=True)
         self.carry_out((self.redelivery.schedule(entry, due),))
 
-    def enqueue_run(self, messages: list) -> None:
+    def enqueue_run(self, messages: list, layouts: list | None = None) -> None:
         """Messages published back to back with the same exchange, routing
         key and properties (so no per-message TTL) into a plain queue,
         which never refuses one: `enqueue` for each, with the deliveries to
-        one consumer handed over together."""
+        one consumer handed over together.  (`layouts`, where each header's
+        properties lie, is a stream's: a queue delivers headers as they
+        came.)"""
         seq = self.next_seq
         count = len(messages)
         entries = list(map(Entry, range(seq, seq + count), messages))

@@ -26,6 +26,7 @@ import logging
 import struct
 from collections import deque
 from dataclasses import replace
+from itertools import repeat
 
 from policies.effective import QueueSettings
 from policies.stream_rules import (
@@ -38,7 +39,7 @@ from policies.stream_rules import (
 
 from ...errors import not_implemented, resource_name
 from ...wire.frames import deliver_spliced, shortstr
-from ...wire.properties import decode_properties, encode_properties, locate
+from ...wire.properties import Layout, decode_properties, encode_properties, locate
 from ...wire.table import FieldTable, typed_value
 from ..message import HEADER_PREFIX, Entry, Message
 from ..queue import ACCEPTED, REJECTED, Queue
@@ -86,6 +87,8 @@ def _route_parts(route: bytes) -> tuple[str, str]:
 
 
 _OFFSET_PAIR = shortstr(OFFSET_HEADER) + b"l"  # a long, as RabbitMQ sets it
+_OFFSET_NAME = shortstr(OFFSET_HEADER)
+_PAIR_SIZE = len(_OFFSET_PAIR) + 8  # with its value
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
@@ -104,10 +107,14 @@ def with_offset(header: bytes, offset: int) -> bytes:
     return around[0] + _I64.pack(offset) + around[1]
 
 
-def offset_parts(header: bytes) -> tuple:
+def offset_parts(header: bytes, layout: Layout | None = None) -> tuple:
     """(bytes before the offset's value, bytes after it) of the header as
     delivered, or (None, None) when it must be decoded; found once per
-    distinct header."""
+    distinct header.  `layout`, where the header's properties lie as
+    scan_properties found them on arrival, spares the walk and the cache
+    (messages that each have their own id and headers never share one)."""
+    if layout is not None:
+        return _around_offset(header, layout)
     around = _AROUND.get(header)
     if around is None:
         around = _around_offset(header)
@@ -120,24 +127,24 @@ def offset_parts(header: bytes) -> tuple:
 _AROUND: dict[bytes, tuple] = {}
 
 
-def _around_offset(header: bytes) -> tuple:
+def _around_offset(header: bytes, layout: Layout | None = None) -> tuple:
     """(bytes before the offset's value, bytes after it), or (None, None)
     when the header must be decoded (continuation flags, or it has an
     x-stream-offset already)."""
-    try:
-        layout = locate(header, HEADER_PREFIX)
-    except ValueError:
-        layout = None
-    if layout is None or _OFFSET_PAIR[:-1] in header:
+    if layout is None:
+        try:
+            layout = locate(header, HEADER_PREFIX)
+        except ValueError:
+            layout = None
+    if layout is None or _OFFSET_NAME in header:
         return (None, None)
     flags, h_start, h_end = layout[0], layout[1], layout[2]
-    pair_size = len(_OFFSET_PAIR) + 8
     if flags & _HEADERS_FLAG:
         (length,) = _U32.unpack_from(header, h_start)
-        return (b"".join((header[:h_start], _U32.pack(length + pair_size),
+        return (b"".join((header[:h_start], _U32.pack(length + _PAIR_SIZE),
                           header[h_start + 4:h_end], _OFFSET_PAIR)), header[h_end:])
     return (b"".join((header[:HEADER_PREFIX], _U16.pack(flags | _HEADERS_FLAG),
-                      header[HEADER_PREFIX + 2:h_start], _U32.pack(pair_size), _OFFSET_PAIR)),
+                      header[HEADER_PREFIX + 2:h_start], _U32.pack(_PAIR_SIZE), _OFFSET_PAIR)),
             header[h_start:])
 
 
@@ -293,40 +300,42 @@ class StreamQueue(Queue):
             self.retain()  # a segment filled
         return ACCEPTED
 
-    def enqueue_run(self, messages: list) -> None:
+    def enqueue_run(self, messages: list, layouts: list | None = None) -> None:
         """Messages published back to back (publishing.py, only while the
-        stream is `plain`): `enqueue` for each, the clock read once."""
+        stream is `plain`): `enqueue` for each, the clock read once.
+        `layouts`: where each header's properties lie (scan_properties's),
+        when every header is the one scanned."""
         stream = self.log
-        append = stream.append
         segments = stream.segments
         count = len(segments)
-        now = self.clock()
         generation = self._store.next_generation
-        if self.readers:
-            # _keep for each, the oldest let go once for the run.
-            # Built as delivered now: the consumers at the tail take them next.
+        values = [filter_value(message) if _FILTER_VALUE in message.header else None
+                  for message in messages]
+        rows = [(message.route, message.header, message.body, value)
+                for message, value in zip(messages, values)]
+        if not self.readers:
+            stream.append_run(rows, self.clock())
+        else:
+            # _keep for each, the oldest let go once for the run.  Built
+            # as delivered now: the consumers at the tail take them next.
+            ends: list = []
+            offset = stream.append_run(rows, self.clock(), ends)
             recent, order = self._recent, self._recent_order
             size = 0
             last_header = around = None
-            for message in messages:
-                header, body, route = message.header, message.body, message.route
-                value = filter_value(message) if _FILTER_VALUE in header else None
-                offset = append(route, header, body, now, value)
-                message.stored_gen = generation
+            for (route, header, body, value), layout, (number, end) in zip(
+                    rows, layouts or repeat(None), ends):
                 if header is not last_header:
-                    last_header, around = header, offset_parts(header)
-                active = segments[-1]
+                    last_header, around = header, offset_parts(header, layout)
                 recent[offset] = [Entry(offset, Delivered(offset, route, header, body, around)),
-                                  value, active.number, active.size]
+                                  value, number, end]
                 order.append(offset)
                 size += len(body)
+                offset += 1
             self._recent_bytes += size
             self._let_go()
-        else:
-            for message in messages:
-                value = filter_value(message) if _FILTER_VALUE in message.header else None
-                append(message.route, message.header, message.body, now, value)
-                message.stored_gen = generation
+        for message in messages:
+            message.stored_gen = generation
         self.published += len(messages)
         if len(segments) != count:
             self.retain()  # a segment filled
