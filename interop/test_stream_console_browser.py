@@ -3,8 +3,9 @@ Selenium), issue 30: streams are marked in the queue list; a stream's page
 shows its size, segments, first and last offset and each consumer's
 offset; its workbench browses the dead letters a dead-letter exchange
 routed into it by offset and time, filtered and paged forward, and
-redrives a selection to its origin (checked with pika): the stream keeps
-them, marked as redriven, and redriving one again is asked about first."""
+redrives a selection, or all that a filter takes from a start offset, to
+its origin (checked with pika): the stream keeps them, marked as
+redriven, and redriving one again is a second, deliberate choice."""
 
 from __future__ import annotations
 
@@ -203,3 +204,83 @@ def test_redrive_of_a_selection_reaches_the_origin_and_the_stream_keeps_it_marke
     method, props, body = wait_get(channel, "orders")
     assert body == b'{"n": 0}' and props.message_id == "bad-0"
     assert count(channel, STREAM) == REJECTED + 1
+
+
+def test_redrive_of_all_matching_sends_what_the_filter_takes_from_the_start_once(
+        broker, console, dead_letter_stream):
+    channel = dead_letter_stream
+    console.login("guest", "guest")
+    console.open(f"dead-letters/%2F/{STREAM}")
+    console.shows("stream-messages", "Offset", offsets(0, 22))
+    # From offset 5, bodies holding a "1": 10-19 and 21; not 0-4 (before the
+    # start), nor 5-9, 20 and late-1 at 22 (the filter leaves them).
+    matching = [n for n in range(5, REJECTED) if "1" in str(n)]
+    console.type("stream-offset", "5")
+    console.type("filter-body", "1")
+    console.find("stream-go").click()
+    console.shows("stream-messages", "Offset", [str(n) for n in matching])
+
+    console.find("stream-redrive-all").click()
+    console.until(lambda: console.find("stream-all-confirm").is_displayed())
+    assert console.text("stream-all-confirm-text") == (
+        'Redrive all messages matching body containing "1" from offset 5 on to their '
+        "origin? Those redriven before are left out.")
+    assert count(channel, "orders") == 0  # nothing sent while asking
+    console.find("stream-redrive-all-yes").click()
+    console.until(lambda: console.text("stream-redrive-result") ==
+                  f"{len(matching)} redriven to origin.")
+    got = [wait_get(channel, "orders")[2] for _ in matching]
+    assert got == [b'{"n": %d}' % n for n in matching]  # exactly those, in stream order
+    assert count(channel, "orders") == 0 and count(channel, "orders.ttl") == 0
+    assert count(channel, STREAM) == REJECTED + 1  # the stream keeps them all
+    console.until(lambda: set(redriven_marks(console).values()) == {"true"})
+    assert console.find("stream-redrive-left-again").is_displayed() is False
+
+    # Pressed again: nothing goes, until the deliberate button says so.
+    console.find("stream-redrive-all").click()
+    console.until(lambda: console.find("stream-all-confirm").is_displayed())
+    console.find("stream-redrive-all-yes").click()
+    console.until(lambda: console.text("stream-redrive-result") ==
+                  f"0 redriven to origin; {len(matching)} left: redriven before.")
+    assert count(channel, "orders") == 0
+    again = console.find("stream-redrive-left-again")
+    assert again.is_displayed() and again.text == f"Redrive those {len(matching)} again"
+    again.click()
+    console.until(lambda: console.text("stream-redrive-result") ==
+                  f"{len(matching)} redriven to origin.")
+    assert console.find("stream-redrive-left-again").is_displayed() is False
+    got = [wait_get(channel, "orders")[2] for _ in matching]
+    assert got == [b'{"n": %d}' % n for n in matching]
+    assert count(channel, "orders") == 0 and count(channel, STREAM) == REJECTED + 1
+
+    # Unfiltered, the marks are on the matching ones only.
+    console.find("filter-reset").click()
+    console.shows("stream-messages", "Offset", offsets(0, 22))
+    marks = redriven_marks(console)
+    assert [int(o) for o, mark in marks.items() if mark == "true"] == matching
+
+
+def test_redrive_of_all_matching_from_a_moment_says_where_the_scan_limit_stopped_it(
+        broker, console, dead_letter_stream, monkeypatch):
+    from amqp_server.management import stream_browse
+    monkeypatch.setattr(stream_browse, "SCAN_MAX", 8)  # the broker runs in this process
+    channel = dead_letter_stream
+    console.login("guest", "guest")
+    console.open(f"dead-letters/%2F/{STREAM}")
+    console.shows("stream-messages", "Offset", offsets(0, 7))
+    console.driver.execute_script(
+        "arguments[0].value = arguments[1]", console.find("stream-time"),
+        (datetime.datetime.now() - datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"))
+    console.type("filter-body", "1")
+    console.find("stream-go").click()
+    console.shows("stream-messages", "Offset", ["1"])  # of offsets 0-7, read
+    console.find("stream-redrive-all").click()
+    console.until(lambda: console.find("stream-all-confirm").is_displayed())
+    # A page started at a moment: all matching starts at its first match.
+    assert "from offset 1 on" in console.text("stream-all-confirm-text")
+    console.find("stream-redrive-all-yes").click()
+    console.until(lambda: console.text("stream-redrive-result") ==
+                  "1 redriven to origin; the read stopped at the scan limit, before offset 9: "
+                  "start there for the rest.")
+    assert wait_get(channel, "orders")[2] == b'{"n": 1}'
+    assert count(channel, "orders") == 0

@@ -189,6 +189,44 @@ def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
     conn.close()
 
 
+def test_a_redrive_by_filter_says_where_its_read_stopped_and_whether_the_stream_goes_on(
+        broker, monkeypatch):
+    """"All matching" is never silently "the first SCAN_MAX": the answer
+    gives `next_offset` and `more`, and a redrive from there takes the rest."""
+    from amqp_server.management import stream_browse
+    monkeypatch.setattr(stream_browse, "SCAN_MAX", 4)
+    conn, channel, source, target, exchange = stream_behind_a_dlx(broker)
+    for i in range(6):
+        channel.basic_publish("", source, b"%s %d" % (b"poison" if i % 2 == 0 else b"fine", i))
+        method, _, _ = channel.basic_get(source)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    path = f"/api/queues/%2F/{urllib.parse.quote(target, safe='')}/redrive"
+    deadline = time.monotonic() + 5
+    while queue_info(broker, target)["messages"] < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status, first = http(broker, "POST", path, {"filter": {"body": "poison"}, "offset": 0})
+    assert status == 200
+    assert (first["redriven"], first["already_redriven"], first["missing"]) == ([0, 2], [], [])
+    assert (first["next_offset"], first["more"]) == (4, True)  # offsets 0-3 read, 4-5 not
+    status, rest = http(broker, "POST", path,
+                        {"filter": {"body": "poison"}, "offset": first["next_offset"]})
+    assert (rest["redriven"], rest["next_offset"], rest["more"]) == ([4], 6, False)
+    status, again = http(broker, "POST", path, {"filter": {"body": "poison"}, "offset": 2})
+    assert (again["redriven"], again["already_redriven"], again["more"]) == ([], [2, 4], False)
+    # Offsets named one by one: nothing was scanned for, nothing to say.
+    status, named = http(broker, "POST", path, {"offsets": [1]})
+    assert named["redriven"] == [1] and "next_offset" not in named and "more" not in named
+    status, refused = http(broker, "POST", path, {"filter": {}, "offset": "first"})
+    assert status == 400 and "offset must be a stream offset" in str(refused)
+    got = []
+    for _ in range(4):
+        method, _, body = channel.basic_get(source, auto_ack=True)
+        got.append(body)
+    assert got == [b"poison 0", b"poison 2", b"poison 4", b"fine 1"]
+    assert queue_info(broker, target)["messages"] == 6  # the stream keeps them all
+    conn.close()
+
+
 def test_a_dead_letter_routed_into_a_stream_is_in_the_dead_letter_log(broker):
     """What the audit reads: the death, with the stream as its target."""
     from .test_dead_letter_log import read_events

@@ -11,10 +11,14 @@ among at most SCAN_MAX read; `next_offset` says where the next page starts.
 A redrive copies chosen messages back to where they first died from and
 leaves them in the stream, marked as redriven (storage/stream_log.py keeps
 the marks on disk): redriving one again takes `"again": true`, a choice,
-never an accident.
+never an accident.  A redrive by filter reads at most SCAN_MAX messages
+from its offset and says where it stopped and whether the stream goes on,
+so that "all matching" is never silently "the first 10,000".
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from dlx.redrive import Filter, facts_of
 from dlx.text import as_optional_text
@@ -87,10 +91,23 @@ def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
 
 # ---- redrive: copies back to their origin, the stream keeps them -------------------
 
-def chosen(queue, body: dict, wanted: Filter) -> tuple[list, list[int]]:
-    """The entries (offset, message as first published) a redrive names:
-    `offsets`, or those the filter takes from `offset` on (at most
-    SCAN_MAX read); and the named offsets the stream does not hold."""
+@dataclass(frozen=True)
+class Chosen:
+    """What a redrive names: the entries (offset, message as first
+    published) and the named offsets the stream does not hold.  A filter's
+    read also says where it stopped (`next_offset`: a redrive of the same
+    filter from there takes the rest) and whether the stream went on past
+    it (`more`: SCAN_MAX cut the range short); offsets named one by one
+    leave both None."""
+    entries: list
+    missing: list[int]
+    next_offset: int | None = None
+    more: bool | None = None
+
+
+def chosen(queue, body: dict, wanted: Filter) -> Chosen:
+    """The entries a redrive names: `offsets`, or those the filter takes
+    from `offset` on (at most SCAN_MAX read)."""
     log = queue.log
     offsets = body.get("offsets")
     if offsets is not None:
@@ -101,7 +118,9 @@ def chosen(queue, body: dict, wanted: Filter) -> tuple[list, list[int]]:
             raise ValueError(f"offsets must lie within {SCAN_MAX} of each other")
     else:
         wanted_offsets = None
-        start = int(body.get("offset", 0))
+        # From the first offset retention kept: SCAN_MAX messages read, not
+        # SCAN_MAX offsets of which the removed ones count.
+        start = max(int(body.get("offset", 0)), log.first_offset)
         stop = start + SCAN_MAX
     entries: list = []
     found: set[int] = set()
@@ -123,10 +142,14 @@ def chosen(queue, body: dict, wanted: Filter) -> tuple[list, list[int]]:
                     continue
                 found.add(item.offset)
                 entries.append(Entry(item.offset, message))
+        # A read may return offsets past `stop`, not looked at: a redrive
+        # from `stop` takes them.
+        reached = min(reader.offset, stop)
     finally:
         reader.close()
-    missing = [offset for offset in wanted_offsets or () if offset not in found]
-    return entries, missing
+    if wanted_offsets is not None:
+        return Chosen(entries, [offset for offset in wanted_offsets if offset not in found])
+    return Chosen(entries, [], next_offset=reached, more=reached < log.committed)
 
 
 def _original(item) -> Message:

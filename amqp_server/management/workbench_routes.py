@@ -191,7 +191,9 @@ def _stream_page(vhost, queue, query: dict) -> web.Response:
 
 async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web.Response:
     """Copies back to their origin, at once (at most stream_browse.SCAN_MAX
-    read); the stream keeps them, marked as redriven."""
+    read); the stream keeps them, marked as redriven.  By filter, the
+    answer says where the read stopped (`next_offset`) and whether the
+    stream goes on past it (`more`)."""
     filter_body = body.get("filter") or {}
     if not isinstance(filter_body, dict):
         raise BadRequest("filter must be an object")
@@ -205,16 +207,23 @@ async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web
         # mixed up.
         raise BadRequest("a stream is redriven by \"offsets\" or a \"filter\", at once "
                          "(no task)")
+    start = body.get("offset", 0)
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise BadRequest("offset must be a stream offset (an integer, 0 or more)")
     if offsets is None and "filter" not in body:
         raise BadRequest("name the messages: \"offsets\" or a \"filter\"")
     wanted = _filter(filter_body)
     try:
-        entries, missing = stream_browse.chosen(queue, body, wanted)
+        picked = stream_browse.chosen(queue, body, wanted)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     target = LocalTarget(request.app[BROKER], vhost, grant_in(request, vhost), None, None)
-    result = await stream_browse.redrive(queue, target, entries, body.get("again") is True)
-    return web.json_response({**result, "missing": missing})
+    result = await stream_browse.redrive(queue, target, picked.entries, body.get("again") is True)
+    answer = {**result, "missing": picked.missing}
+    if picked.next_offset is not None:
+        # A filter's read: where it stopped and whether the stream goes on.
+        answer.update(next_offset=picked.next_offset, more=picked.more)
+    return web.json_response(answer)
 
 
 def _chosen(request: web.Request, queue, body: dict):

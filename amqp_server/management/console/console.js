@@ -800,6 +800,17 @@
     ];
   }
 
+  // A filter as the fields above read it, for a question asked before acting
+  // on everything it matches: `reason "rejected" and body containing "x"`.
+  const FILTER_WORDS = {reason: "reason", original_queue: "original queue",
+    original_exchange: "original exchange", since: "first died since", until: "first died until",
+    message_id: "message id", body: "body containing"};
+  function filterText(filter) {
+    return Object.entries(filter).map(([key, value]) => `${FILTER_WORDS[key] ?? key} ` +
+      (key === "since" || key === "until" ? dateTime(Number(value), true) : JSON.stringify(value)))
+      .join(" and ");
+  }
+
   function workbench(root, vhost, queue) {
     const base = `/api/queues/${enc(vhost)}/${enc(queue)}`;
     let offset = 0;
@@ -1057,7 +1068,9 @@
   // the next page starts at.  Nothing is consumed.  A redrive copies the
   // selected messages back to where they died from; the stream keeps them,
   // marked as redriven, and redriving one again takes a second, deliberate
-  // click (the API's `again`).
+  // click (the API's `again`).  "Redrive all matching" does the same for
+  // every message the applied filter takes from the page's start on, asked
+  // about first; those it leaves as redriven before get a button of their own.
   function streamWorkbench(root, vhost, queue) {
     const base = `/api/queues/${enc(vhost)}/${enc(queue)}`;
     let start = {offset: 0};  // where the shown page starts: {offset} or {timestamp}
@@ -1113,13 +1126,26 @@
         text: "Only the others", onclick: () => redrive(false)}),
       el("button", {type: "button", class: "secondary", id: "stream-redrive-cancel", text: "Cancel",
         onclick: () => { confirmBox.hidden = true; }}));
+    let allAsked = null;  // {filter, offset}: what the question about all matching stated
+    let leftBefore = [];  // the offsets a redrive of all matching left: redriven before
+    const allText = el("span", {id: "stream-all-confirm-text"});
+    const allBox = el("div", {class: "toolbar confirm", id: "stream-all-confirm", hidden: true},
+      allText,
+      el("button", {type: "button", class: "danger", id: "stream-redrive-all-yes",
+        text: "Redrive all matching", onclick: () => redriveAll()}),
+      el("button", {type: "button", class: "secondary", id: "stream-redrive-all-cancel",
+        text: "Cancel", onclick: () => { allBox.hidden = true; }}));
+    const leftAgain = el("button", {type: "button", class: "danger", id: "stream-redrive-left-again",
+      hidden: true, onclick: () => redriveLeftAgain()});
     const actions = el("div", {class: "card", id: "actions"},
       el("div", {class: "toolbar"},
         el("button", {type: "button", id: "stream-redrive", text: "Redrive selected to origin",
           onclick: () => redrive(null)}),
+        el("button", {type: "button", id: "stream-redrive-all", text: "Redrive all matching to origin",
+          onclick: () => askAll()}),
         picked, el("span", {class: "muted",
           text: "Copies go back to the queue each first died in; the stream keeps them."})),
-      confirmBox, result);
+      confirmBox, allBox, el("div", {class: "toolbar"}, result, leftAgain));
 
     root.append(el("p", {}, el("a", {href: "#/dead-letters", text: "Dead-letter queues"}), " / ",
       el("a", {href: queueHref({vhost, name: queue}), id: "workbench-queue",
@@ -1215,10 +1241,81 @@
       drawList();
     }
 
+    // What a redrive did, in the result line.  A redrive by filter says
+    // too where the scan limit stopped its read, if the stream goes on.
+    function tell(done) {
+      const parts = [`${done.redriven.length} redriven to origin`];
+      if (done.already_redriven.length) parts.push(`${done.already_redriven.length} left: redriven before`);
+      if (done.kept.length) parts.push(`${done.kept.length} not sent (${done.kept.map((k) => k.why).join(", ")})`);
+      if (done.missing.length) parts.push(`${done.missing.length} no longer in the stream`);
+      if (done.duplicates) parts.push(`${done.duplicates} duplicates`);
+      if (done.more) {
+        parts.push(`the read stopped at the scan limit, before offset ${done.next_offset}: ` +
+          `start there for the rest`);
+      }
+      result.textContent = parts.join("; ") + ".";
+      result.dataset.redriven = done.redriven.join(",");
+    }
+
+    function quiet() {
+      result.textContent = "";
+      confirmBox.hidden = true;
+      allBox.hidden = true;
+      leftAgain.hidden = true;
+      leftBefore = [];
+    }
+
+    // Where "all matching" starts: the offset asked for, or, for a page
+    // started at a moment, its first match (none before it matches), or
+    // where its read ended when it showed none.
+    function startOffset() {
+      if ("offset" in start) return start.offset;
+      return shownPage.messages.length ? shownPage.messages[0].seq : shownPage.next_offset;
+    }
+
+    function askAll() {
+      quiet();
+      if (!shownPage) return;
+      allAsked = {filter: {...current}, offset: startOffset()};
+      const what = filterText(allAsked.filter);
+      allText.textContent = `Redrive all messages ${what ? `matching ${what} ` : ""}` +
+        `from offset ${allAsked.offset} on${what ? "" : " (no filter)"} to their origin? ` +
+        `Those redriven before are left out.`;
+      allBox.hidden = false;
+    }
+
+    async function redriveAll() {
+      allBox.hidden = true;
+      let done;
+      try {
+        done = await api("POST", `${base}/redrive`, {...allAsked, again: false});
+      } catch (exc) { showError(error, exc); return; }
+      showError(error, null);
+      tell(done);
+      leftBefore = done.already_redriven;
+      if (leftBefore.length) {
+        leftAgain.textContent = `Redrive ${leftBefore.length === 1 ? "that one" : `those ${leftBefore.length}`} again`;
+        leftAgain.hidden = false;
+      }
+      load();
+    }
+
+    async function redriveLeftAgain() {
+      const offsets = leftBefore;
+      quiet();
+      let done;
+      try {
+        done = await api("POST", `${base}/redrive`, {offsets, again: true});
+      } catch (exc) { showError(error, exc); return; }
+      showError(error, null);
+      tell(done);
+      load();
+    }
+
     // `again`: null when asked from the button (the selection decides
     // whether to ask first), true or false once the user chose.
     async function redrive(again) {
-      result.textContent = "";
+      quiet();
       if (!selected.size) { showError(error, new Error("Select messages first.")); return; }
       const before = [...selected.entries()].filter(([, redriven]) => redriven).map(([o]) => o);
       if (again === null && before.length) {
@@ -1236,13 +1333,7 @@
           {offsets: [...selected.keys()].sort((a, b) => a - b), again: again === true});
       } catch (exc) { showError(error, exc); return; }
       showError(error, null);
-      const parts = [`${done.redriven.length} redriven to origin`];
-      if (done.already_redriven.length) parts.push(`${done.already_redriven.length} left: redriven before`);
-      if (done.kept.length) parts.push(`${done.kept.length} not sent (${done.kept.map((k) => k.why).join(", ")})`);
-      if (done.missing.length) parts.push(`${done.missing.length} no longer in the stream`);
-      if (done.duplicates) parts.push(`${done.duplicates} duplicates`);
-      result.textContent = parts.join("; ") + ".";
-      result.dataset.redriven = done.redriven.join(",");
+      tell(done);
       selected.clear();
       load();
     }
