@@ -351,12 +351,8 @@ def _stream_frame(name: str | None, work) -> list | None:
         return None
     if work[0] == "delete":
         return ["sx", 0, name]
-    _, batch, doomed = work
-    chunks: dict[int, list[bytes]] = {}
-    for number, encoded in batch:
-        chunks.setdefault(number, []).append(encoded)
-    return ["s", 0, name, [[number, b"".join(parts)] for number, parts in chunks.items()],
-            list(doomed)]
+    _, batch, doomed = work  # batch: (segment number, its bytes), one a segment
+    return ["s", 0, name, [[number, data] for number, data in batch], list(doomed)]
 
 
 def _whole_numbers(entries: dict, key: tuple):

@@ -97,7 +97,11 @@ class StreamLog:
         self.next_offset = 0
         self.committed = 0         # offsets below this are on disk
         self.on_committed: Callable[[], None] = lambda: None
-        self._buffer: list[tuple[int, bytes]] = []   # (segment number, record bytes)
+        # (segment number, its records' bytes in order) since the last
+        # flush: joined once per segment at the flush, so the writer
+        # thread (which holds the GIL while it runs Python) writes each
+        # segment's share with one call, not one per record.
+        self._buffer: list[tuple[int, list[bytes]]] = []
         self._doomed: list[int] = []
         self._pending: deque[tuple[int, int]] = deque()  # (generation, next offset then)
         self._files = SegmentFiles(self._path)
@@ -203,14 +207,16 @@ class StreamLog:
         appended to it, where a reader at the tail goes on from."""
         segments = self.segments
         active = segments[-1]
-        pack, frame, buffer = self._pack, records.frame, self._buffer
+        pack, frame = self._pack, records.frame
         first = offset = self.next_offset
         total = 0
+        chunks = self._chunks_of(active.number)
         for route, header, body, value in rows:
             if active.size >= self.segment_size and active.count:
                 self.next_offset = offset
                 self._start_segment(active.number + 1)
                 active = segments[-1]
+                chunks = self._chunks_of(active.number)
             encoded = frame(pack(["S", offset, now, route, header, body] if value is None
                                  else ["S", offset, now, route, header, body, value]))
             if active.count % INDEX_EVERY == 0:
@@ -220,7 +226,7 @@ class StreamLog:
             active.count += 1
             active.newest = now
             active.size += len(encoded)
-            buffer.append((active.number, encoded))
+            chunks.append(encoded)
             total += len(encoded)
             if ends is not None:
                 ends.append((active.number, active.size))
@@ -228,6 +234,15 @@ class StreamLog:
         self.next_offset = offset
         self.appended(total)
         return first
+
+    def _chunks_of(self, number: int) -> list[bytes]:
+        """The list segment `number`'s appends since the last flush go to."""
+        buffer = self._buffer
+        if buffer and buffer[-1][0] == number:
+            return buffer[-1][1]
+        chunks: list[bytes] = []
+        buffer.append((number, chunks))
+        return chunks
 
     # ---- the store's flush (segments.SegmentLog's riders) ---------------------------
 
@@ -241,7 +256,8 @@ class StreamLog:
             return ("delete",)
         if not self._buffer and not self._doomed:
             return None
-        batch, self._buffer = self._buffer, []
+        batch = [(number, b"".join(chunks)) for number, chunks in self._buffer]
+        self._buffer = []
         doomed, self._doomed = self._doomed, []
         self._pending.append((generation, self.next_offset))
         return ("write", batch, doomed)
