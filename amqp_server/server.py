@@ -71,7 +71,7 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         conn.receive_data(data)
         conn.flow.after_read()  # a new publisher, or reading resumed meanwhile
-        self._flush()
+        self.flush()
 
     def _forwarded(self, data: bytes) -> bytes:
         """Until the first line is known not to be a follower's forwarding
@@ -111,14 +111,16 @@ class AMQPProtocol(asyncio.Protocol):
         if self.transport is None or self.conn is None:
             return
         self.conn.flow.resources_changed()
-        self._flush()
+        self.flush()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            self.loop.call_soon(self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what the connection has to send now (the server's shutdown
+        calls it too, so the close reaches the client before the abort)."""
         self._flush_scheduled = False
         conn = self.conn
         transport = self.transport
@@ -152,7 +154,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _heartbeat(self) -> None:
         self.conn.heartbeat_tick()
-        self._flush()
+        self.flush()
         if not self.conn.close_after_flush:
             self._schedule_heartbeat()
         else:
@@ -177,7 +179,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.conn.resume_writing()
-        self._flush()
+        self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -441,7 +443,7 @@ class Server:
         for protocol in list(self.protocols):
             protocol.conn.shutdown(CONNECTION_FORCED,
                                    "broker forced connection closure with reason 'shutdown'")
-            protocol._flush()
+            protocol.flush()
         deadline = asyncio.get_running_loop().time() + grace
         while self.protocols and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)

@@ -25,6 +25,7 @@ from dlx.text import as_optional_text
 
 from ..broker.message import HEADER_PREFIX, Entry, Message
 from ..broker.peek import PeekedMessage
+from ..broker.stream.queue import route_parts
 from ..wire.properties import decode_properties
 from .workbench import message_json
 
@@ -34,10 +35,8 @@ SCAN_MAX = 10_000  # messages read for one page, at most
 def _peeked(item) -> PeekedMessage:
     from dlx.deaths import history_from_headers
 
-    from ..broker.stream.queue import _route_parts
-
     properties = decode_properties(item.header[HEADER_PREFIX:]).as_dict()
-    exchange, key = _route_parts(item.route)
+    exchange, key = route_parts(item.route)
     return PeekedMessage(body=bytes(item.body), exchange=exchange, routing_key=key,
                          properties=properties, redelivered=False,
                          deaths=history_from_headers(properties.get("headers")).deaths)
@@ -153,9 +152,7 @@ def chosen(queue, body: dict, wanted: Filter) -> Chosen:
 
 
 def _original(item) -> Message:
-    from ..broker.stream.queue import _route_parts
-
-    exchange, key = _route_parts(item.route)
+    exchange, key = route_parts(item.route)
     return Message(exchange, key, item.route, item.header, item.body)
 
 

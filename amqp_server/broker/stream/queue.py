@@ -71,7 +71,7 @@ def filter_value(message: Message) -> str | None:
 _ROUTES: dict[bytes, tuple[str, str]] = {}
 
 
-def _route_parts(route: bytes) -> tuple[str, str]:
+def route_parts(route: bytes) -> tuple[str, str]:
     """The exchange and routing key of an encoded basic.deliver route
     (a stream's messages share a few routes: decoded once each)."""
     parts = _ROUTES.get(route)
@@ -182,7 +182,7 @@ class Delivered:
     def message(self) -> Message:
         """The same message as a Message, its header with the offset."""
         if self._message is None:
-            exchange, key = _route_parts(self.route)
+            exchange, key = route_parts(self.route)
             self._message = Message(exchange, key, self.route,
                                     with_offset(self._stored, self.value), self.body)
         return self._message
