@@ -20,9 +20,11 @@ from amqp_server.testing import BrokerThread
 
 from .browser import Console, start_chromium
 from .test_console_browser import dead_letters_of_every_kind, row_of
+from .test_management import call
 from .test_stream_console_browser import STREAM, dead_letters_into_a_stream
 
 WIDTH = 1400
+STREAM_VHOST = "streams"
 
 
 def traffic(url: str, stop: threading.Event) -> None:
@@ -72,11 +74,18 @@ def full_page(driver, path: Path) -> None:
 
 def stream_screenshot(broker, console: Console, folder: Path) -> None:
     """A dead-letter stream's workbench: two messages redriven, and the
-    question asked when a selection holds one of them."""
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    question asked when a selection holds one of them.  In a virtual host
+    of its own: the stream's `dlx` and `orders` are durable, the other
+    screenshots' are not."""
+    for path in (f"/api/vhosts/{STREAM_VHOST}", f"/api/permissions/{STREAM_VHOST}/guest"):
+        status, answer = call(broker.management_url, "PUT", path,
+                              {"configure": ".*", "write": ".*", "read": ".*"})
+        assert status in (201, 204), (path, status, answer)
+    connection = pika.BlockingConnection(pika.URLParameters(
+        broker.url.rsplit("/", 1)[0] + f"/{STREAM_VHOST}"))
     dead_letters_into_a_stream(connection.channel())
     connection.close()
-    console.open(f"dead-letters/%2F/{STREAM}")
+    console.open(f"dead-letters/{STREAM_VHOST}/{STREAM}")
     console.until(lambda: len(console.column("stream-messages", "Offset") or ()) > 20)
     for offsets in ((0, 1), (1, 2)):
         for offset in offsets:
