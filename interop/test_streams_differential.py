@@ -16,6 +16,7 @@ Known version differences (3.13 is the target, docs/differences.md):
 from __future__ import annotations
 
 import datetime
+import time
 
 import pika
 import pytest
@@ -99,17 +100,78 @@ def with_stream(url, name, messages, action):
         delete(url, name)
 
 
+# b"first": pika sends bytes as a byte array, which RabbitMQ takes for the
+# names as well.
 @pytest.mark.parametrize("spec", ["first", "last", "next", 2, 0, -1, 100, "10s",
-                                  "an hour ago"])
+                                  "an hour ago", b"first"])
 def test_offsets_headers_and_bodies_alike(broker, rabbitmq_url, spec):
     name = unique("diff-stream")
-    expected = {"first": 5, "last": 1, 2: 3, 0: 5, -1: 5, "10s": 5, "an hour ago": 5}.get(spec, 0)
+    expected = {"first": 5, "last": 1, 2: 3, 0: 5, -1: 5, "10s": 5, "an hour ago": 5,
+                b"first": 5}.get(spec, 0)
     if spec == "an hour ago":
         spec = datetime.datetime.now() - datetime.timedelta(hours=1)
     theirs, ours = both(broker, rabbitmq_url, lambda url: with_stream(
         url, name, 5, lambda u: consume(u, name, spec, expect=expected)))
     assert ours == theirs
     assert len(ours) == expected
+
+
+def consume_while_publishing(url: str, name: str, offset, expect: int) -> list[tuple]:
+    """A consumer at `offset` of a stream holding m0..m4, then m5..m9
+    published: what it gets (until `expect` arrived, within 5 s)."""
+    conn = connect(url)
+    try:
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=100)
+        got: list[tuple] = []
+
+        def on_message(ch, method, props, body):
+            got.append(((props.headers or {}).get("x-stream-offset"), body))
+            ch.basic_ack(method.delivery_tag)
+        channel.basic_consume(name, on_message, arguments={"x-stream-offset": offset})
+        conn.process_data_events(0.3)
+        publish(url, name, 5, start=5)
+        deadline = time.monotonic() + 5
+        while len(got) < expect and time.monotonic() < deadline:
+            conn.process_data_events(0.05)
+        conn.process_data_events(0.3)  # and nothing more
+        return got
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("where", ["past the end", "an hour from now"])
+def test_a_start_after_the_newest_message_alike(broker, rabbitmq_url, where):
+    # A numeric offset past the end delivers nothing below it; a timestamp
+    # after the newest message attaches at the next, whatever the later
+    # messages' times (a client's clock ahead of the broker's).
+    name = unique("diff-stream")
+    offset, expected = ((7, 3) if where == "past the end" else
+                        (datetime.datetime.now(datetime.UTC)
+                         + datetime.timedelta(hours=1), 5))
+    theirs, ours = both(broker, rabbitmq_url, lambda url: with_stream(
+        url, name, 5, lambda u: consume_while_publishing(u, name, offset, expected)))
+    assert ours == theirs
+    assert len(ours) == expected
+
+
+def test_an_exclusive_consumer_does_not_lock_a_stream_alike(broker, rabbitmq_url):
+    # rabbit_stream_queue:consume passes the flag to its metrics only.
+    name = unique("diff-stream")
+
+    def two_consumers(url):
+        conn = connect(url)
+        try:
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=10)
+            channel.basic_consume(name, lambda *a: None, exclusive=True)
+            return attempt(url, lambda other: (other.basic_qos(prefetch_count=10),
+                                               other.basic_consume(name, lambda *a: None))[1:])
+        finally:
+            conn.close()
+    theirs, ours = both(broker, rabbitmq_url, lambda url: with_stream(
+        url, name, 0, two_consumers))
+    assert ours[0] == theirs[0] == "ok"
 
 
 def test_the_prefetch_is_the_credit_alike(broker, rabbitmq_url):
@@ -163,6 +225,17 @@ def test_redeclaring_with_another_max_age_is_refused_alike(broker, rabbitmq_url)
     theirs, ours = both(broker, rabbitmq_url, lambda url: with_stream(
         url, name, 0, lambda u: declare(u, name, **{"x-max-age": "1D"})))
     assert ours == theirs and ours[0] == "error"
+
+
+@pytest.mark.parametrize("argument", [{"x-max-length": 10}, {"x-message-ttl": 1000},
+                                      {"x-stream-filter-size-bytes": 32}], ids=str)
+def test_redeclaring_compares_a_streams_own_arguments_only_alike(broker, rabbitmq_url,
+                                                                  argument):
+    # rabbit_amqqueue:assert_args_equivalence/2 reads the queue type's list.
+    name = unique("diff-stream")
+    theirs, ours = both(broker, rabbitmq_url, lambda url: with_stream(
+        url, name, 0, lambda u: declare(u, name, **argument)))
+    assert ours == theirs
 
 
 def test_delete_if_empty_deletes_a_stream_with_messages_alike(broker, rabbitmq_url):

@@ -32,7 +32,8 @@ __all__ = [
     "ALL_QUEUE_ARGUMENTS", "ARGUMENT_ONLY", "ARGUMENT_WINS", "ARTEMIS_ARGUMENTS", "BY_ARGUMENT",
     "BY_KEY", "DECLARE_ORDER", "EQUIVALENCE_ARGUMENTS", "FIRST_SET", "OPERATOR_KEYS",
     "OPERATOR_REPLACES", "QPID_DLQ_ENABLED", "QPID_MAX_DELIVERY_COUNT", "QUEUE_MODES",
-    "QUEUE_SETTINGS", "QUEUE_TYPES", "SETTINGS", "SMALLER_WINS", "STREAM_ONLY_ARGUMENTS",
+    "QUEUE_SETTINGS", "QUEUE_TYPES", "SETTINGS", "SMALLER_WINS", "STREAM_EQUIVALENCE_ARGUMENTS",
+    "STREAM_ONLY_ARGUMENTS",
     "ArgumentError", "Setting", "qpid_flag", "queue_type_of", "validate_consume_arguments",
     "validate_queue_arguments",
 ]
@@ -49,6 +50,11 @@ DECLARE_ORDER = tuple(s.argument for s in SETTINGS if s.declared and s.argument)
 # rabbit_classic_queue:capabilities() queue_arguments and ours: the only
 # arguments compared when a queue is declared again, in this order.
 EQUIVALENCE_ARGUMENTS = tuple(s.argument for s in SETTINGS if s.equivalence and s.argument)
+# A stream compares its own type's instead (rabbit_stream_queue:capabilities()
+# queue_arguments, in its order; rabbit_amqqueue:assert_args_equivalence/2).
+STREAM_EQUIVALENCE_ARGUMENTS = ("x-max-length-bytes", "x-queue-type", "x-max-age",
+                                "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+                                "x-queue-leader-locator")
 
 # RabbitMQ's module of each queue type (in "of queue type ..." errors) and
 # the arguments its capabilities list; a known argument of another type is

@@ -69,11 +69,11 @@ def offset_spec(typed: tuple[str, object] | None, now: float) -> OffsetSpec | No
     if typed is None:
         return NEXT
     kind, value = typed
+    text = _text(value) if isinstance(value, (bytes, bytearray, str)) else None
+    named = _NAMED.get(text) if text is not None else None
+    if named is not None:  # whatever the field's type: pika sends bytes as a byte array
+        return named
     if kind == "longstr":
-        text = bytes(value).decode("utf-8", "replace") if isinstance(
-            value, (bytes, bytearray)) else str(value)
-        if text in _NAMED:
-            return _NAMED[text]
         interval = max_age_ms(text)
         return None if interval is None else OffsetSpec("timestamp", int(now) - interval)
     if kind == "timestamp" and isinstance(value, int):  # AMQP timestamps are seconds
@@ -98,9 +98,10 @@ def check_stream_offset(typed: tuple[str, object], _arguments: FieldTable) -> st
 def start_offset(spec: OffsetSpec, first: int, next_offset: int) -> int | None:
     """Where a reader starts in a log holding offsets first..next_offset-1
     (first == next_offset when it holds none); None for a timestamp, which
-    the log resolves by looking at its messages.  A numeric offset is
-    clamped into the log (osiris starts before the first at the first, past
-    the end at the next)."""
+    the log resolves by looking at its messages.  A numeric offset before
+    the first starts at the first; one past the end waits for its own
+    offset (osiris attaches at the next, and rabbit_stream_queue delivers
+    nothing below the offset asked for)."""
     if spec.kind == "first":
         return first
     if spec.kind == "next":
@@ -108,7 +109,7 @@ def start_offset(spec: OffsetSpec, first: int, next_offset: int) -> int | None:
     if spec.kind == "last":
         return max(first, next_offset - 1)
     if spec.kind == "offset":
-        return min(max(spec.value, first), next_offset)
+        return max(spec.value, first)
     return None
 
 
@@ -143,6 +144,8 @@ def filter_spec(arguments: Mapping[str, object] | None) -> FilterSpec | None:
         return None
     kinds = getattr(arguments, "types", {}) or {}
     if isinstance(found, (bytes, bytearray, str)):
+        if kinds.get("x-stream-filter", "longstr") != "longstr":
+            return None  # a byte array is no filter there: every message goes
         values = [_text(found)]
     elif isinstance(found, (list, tuple)):
         element_types = getattr(found, "types", None) or []
@@ -172,10 +175,13 @@ class SegmentFacts:
 
 def segments_to_remove(segments: Sequence[SegmentFacts], max_bytes: int | None,
                        max_age: int | None, now: float) -> int:
-    """How many segments, from the oldest, retention removes.  The last
-    segment (the one being written) always stays, so a stream never loses
-    its newest messages; a segment goes whole or not at all."""
+    """How many segments, from the oldest, retention removes.  The newest
+    segment holding messages always stays, so a stream never loses its
+    newest messages, nor the empty segments after it (the one a restart
+    starts appending to); a segment goes whole or not at all."""
     removable = len(segments) - 1
+    while removable > 0 and segments[removable].newest is None:
+        removable -= 1
     count = 0
     if max_age is not None:
         while count < removable:

@@ -296,3 +296,63 @@ def test_readers_get_the_log_in_order_whatever_the_interleaving(tmp_path_factory
         assert item.body == b"%d" % item.offset
     reader.close()
     store.close()
+
+
+def reopened(tmp_path, clock, store, **arguments):
+    """The stream of `aged_stream` after a clean stop: opened again from its files."""
+    store.close()
+    return aged_stream(tmp_path, clock, **arguments)
+
+
+def test_a_restart_keeps_the_newest_segment_over_max_length_bytes(tmp_path):
+    # osiris reopens its last segment and never removes the newest one.
+    clock = Clock()
+    table = {"x-stream-max-segment-size-bytes": 100_000, "x-max-length-bytes": 1000}
+    queue, store = aged_stream(tmp_path, clock, **table)
+    for _ in range(20):
+        queue.enqueue(Message.to("", "s", HEADER, b"x" * 100))
+    store.flush_now()
+    assert queue.message_count == 20  # one segment, never filled: all kept
+    queue, store = reopened(tmp_path, clock, store, **table)
+    store.flush_now()
+    assert queue.message_count == 20
+
+
+def test_a_restart_keeps_the_newest_segment_past_max_age(tmp_path):
+    clock = Clock()
+    queue, store = aged_stream(tmp_path, clock, **{"x-max-age": "1h"})
+    publish(queue, 3)
+    store.flush_now()
+    clock.now += 2 * 3_600_000
+    queue, store = reopened(tmp_path, clock, store, **{"x-max-age": "1h"})
+    store.flush_now()
+    assert queue.message_count == 3
+
+
+def test_a_timestamp_after_the_newest_message_attaches_at_the_next(tmp_path):
+    # osiris_log's timestamp search: after the newest chunk, `next`; later
+    # messages go whatever their time (a client's clock ahead of ours).
+    clock = Clock()
+    queue, store = aged_stream(tmp_path, clock)
+    publish(queue, 2)
+    store.flush_now()
+    ahead = int(clock.now // 1000) + 60
+    taker = Taker("a", 100, offset=ahead)
+    taker.arguments.types["x-stream-offset"] = "timestamp"
+    queue.add_consumer(taker, False)
+    clock.now += 1000
+    publish(queue, 1)
+    store.flush_now()
+    assert taker.taken == [2]
+
+
+def test_a_numeric_offset_past_the_end_waits_for_its_own(tmp_path):
+    # rabbit_stream_queue delivers nothing below the offset asked for.
+    queue, store = stream(tmp_path)
+    publish(queue, 5)
+    store.flush_now()
+    taker = Taker("a", 100, offset=7)
+    queue.add_consumer(taker, False)
+    publish(queue, 5)
+    store.flush_now()
+    assert taker.taken == [7, 8, 9]

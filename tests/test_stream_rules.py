@@ -44,6 +44,9 @@ def test_anything_else_is_not_a_max_age(text):
     (("long", 42), OffsetSpec("offset", 42)), (("signedint", -1), OffsetSpec("offset", -1)),
     (("timestamp", 1_700_000_000), OffsetSpec("timestamp", 1_700_000_000_000)),
     (("longstr", b"1h"), OffsetSpec("timestamp", NOW - HOUR)),
+    # parse_offset_arg({_, <<"first">>}): the names whatever the field's
+    # type (pika sends bytes as a byte array; 3.10.8 takes it).
+    (("binary", b"first"), FIRST), (("binary", b"next"), NEXT),
 ])
 def test_offset_specs(typed, spec):
     assert offset_spec(typed, NOW) == spec
@@ -53,6 +56,7 @@ def test_offset_specs(typed, spec):
     (("longstr", b"bogus"), '{invalid_stream_offset_arg,{longstr,<<"bogus">>}}'),
     (("bool", True), "{invalid_stream_offset_arg,{bool,true}}"),
     (("double", 1.5), "{invalid_stream_offset_arg,{double,1.5}}"),
+    (("binary", b"1h"), '{invalid_stream_offset_arg,{binary,<<"1h">>}}'),
 ])
 def test_what_is_not_an_offset_spec_is_refused_with_rabbitmqs_term(typed, term):
     assert offset_spec(typed, NOW) is None
@@ -61,7 +65,9 @@ def test_what_is_not_an_offset_spec_is_refused_with_rabbitmqs_term(typed, term):
 
 @pytest.mark.parametrize("spec, expected", [
     (FIRST, 10), (LAST, 19), (NEXT, 20), (OffsetSpec("offset", 15), 15),
-    (OffsetSpec("offset", 3), 10), (OffsetSpec("offset", 99), 20),
+    # Past the end: its own offset, nothing below it (3.10.8 delivers
+    # 7, 8, 9 to a consumer at 7 of a stream holding 0..4, then 5..9).
+    (OffsetSpec("offset", 3), 10), (OffsetSpec("offset", 99), 99),
     (OffsetSpec("timestamp", NOW), None),
 ])
 def test_where_a_reader_starts_in_a_log_of_offsets_10_to_19(spec, expected):
@@ -90,6 +96,15 @@ def test_retention_never_removes_the_segment_being_written():
     assert segments_to_remove(segments[1:], 0, HOUR, NOW) == 0
 
 
+def test_retention_keeps_the_newest_segment_holding_messages_before_empty_ones():
+    # After a restart appends go to a new segment, empty until the first
+    # publish: the one before it holds the newest messages and stays.
+    old = seg(3100, NOW - 10 * HOUR)
+    assert segments_to_remove([old, seg(0, None)], 1000, HOUR, NOW) == 0
+    assert segments_to_remove([old, old, seg(0, None)], 1000, HOUR, NOW) == 1
+    assert segments_to_remove([old, old, seg(10, NOW)], 1000, HOUR, NOW) == 2
+
+
 def test_retention_by_age_reads_a_segments_newest_message():
     segments = [seg(1, NOW - 3 * HOUR), seg(1, NOW - 2 * HOUR), seg(1, NOW - 1000), seg(1, NOW)]
     assert segments_to_remove(segments, None, HOUR, NOW) == 2
@@ -114,6 +129,13 @@ def test_a_filter_is_a_string_or_the_strings_of_an_array():
     assert filter_spec(table(x_stream_filter=array)) == FilterSpec(frozenset({"emea", "apac"}))
     assert filter_spec(table(x_stream_match_unfiltered=True)) is None
     assert filter_spec(None) is None
+
+
+def test_a_filter_sent_as_a_byte_array_is_no_filter():
+    # filter_spec/1 takes a longstr only: the consumer gets every message.
+    arguments = table(x_stream_filter=b"emea")
+    arguments.types["x-stream-filter"] = "binary"
+    assert filter_spec(arguments) is None
 
 
 def test_match_unfiltered_counts_with_a_filter_and_as_a_boolean():

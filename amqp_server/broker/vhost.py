@@ -18,10 +18,11 @@ from policies.effective import resolve
 from policies.model import match_exchange, match_queue
 
 # rabbit_classic_queue:capabilities() -> queue_arguments: the only arguments
-# compared when a queue is declared again.
+# compared when a queue is declared again (a stream's: its own type's).
 from policies.registry import (
     EQUIVALENCE_ARGUMENTS as QUEUE_EQUIVALENCE_ARGS,
     QUEUE_TYPES,
+    STREAM_EQUIVALENCE_ARGUMENTS as STREAM_EQUIVALENCE_ARGS,
     ArgumentError,
     queue_type_of,
     validate_queue_arguments,
@@ -288,7 +289,9 @@ class VirtualHost:
                     raise precondition_failed(
                         f"inequivalent arg '{field}' for {what}: "
                         f"received {_flag(new)} but current is {_flag(old)}")
-            assert_args_equivalent(existing.arguments, arguments, QUEUE_EQUIVALENCE_ARGS, what)
+            assert_args_equivalent(existing.arguments, arguments,
+                                   STREAM_EQUIVALENCE_ARGS if existing.settings.is_stream
+                                   else QUEUE_EQUIVALENCE_ARGS, what)
             existing.touch()
             return existing
         if name.startswith("amq.") and not generated:

@@ -353,8 +353,11 @@ class StreamQueue(Queue):
         passes = wanted.passes if wanted is not None else None
         start = start_offset(spec, stream.first_offset, stream.next_offset)
         if start is None:  # a timestamp
-            self.readers[consumer] = stream.reader(stream.first_at_or_after(spec.value),
-                                                   spec.value, passes)
+            found = stream.first_at_or_after(spec.value)
+            # After the newest message (a client's clock ahead of ours):
+            # at the next, whatever the later messages' times, as osiris.
+            not_before = spec.value if found < stream.next_offset else None
+            self.readers[consumer] = stream.reader(found, not_before, passes)
         else:
             self.readers[consumer] = stream.reader(start, wanted=passes)
         self.consumers.add(consumer)

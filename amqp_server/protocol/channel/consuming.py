@@ -95,6 +95,8 @@ class Consuming:
                 "global qos")
         if queue.is_quorum and isinstance(queue.consumers, SingleActive):
             exclusive = False  # a quorum queue ignores it (rabbit_quorum_queue:consume)
+        elif queue.settings.is_stream:
+            exclusive = False  # so does a stream (rabbit_stream_queue:consume)
         else:
             exclusive = method.exclusive
         if exclusive and queue.consumers or queue.exclusive_consumer is not None:
