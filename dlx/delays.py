@@ -81,7 +81,7 @@ def read_delay(headers: Mapping[str, object] | None,
         text = value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else str(value)
         if not _ERLANG_INTEGER.fullmatch(text):
             raise DelayError(f"x-delay header {text!r} is not an integer")
-        return Delay(int(text))
+        return Delay(_bounded_integer(text, MAX_DELAY_MS + 1))
     if kind in _FLOAT_TYPES and isinstance(value, (int, float)):
         if not math.isfinite(value):
             return NO_DELAY  # Erlang has no such float; nothing to truncate
@@ -135,8 +135,30 @@ def scheduled_time(headers: Mapping[str, object] | None) -> int | None:
         return value
     if isinstance(value, (str, bytes)):
         text = value.decode("latin-1") if isinstance(value, bytes) else value
-        return int(text) if _ERLANG_INTEGER.fullmatch(text) else None
+        if not _ERLANG_INTEGER.fullmatch(text):
+            return None
+        at = _bounded_integer(text, _LONG_END)
+        # Artemis reads a Java long: a time past one is not a time.
+        return at if -_LONG_END < at < _LONG_END else None
     return None
+
+
+_LONG_END = 2**63
+
+
+# Python's int() refuses strings of over 4,300 digits (CPython's guard
+# against slow conversions); Erlang reads any.
+_MAX_DIGITS = 4000
+
+
+def _bounded_integer(text: str, bound: int) -> int:
+    """The integer `text` spells (an _ERLANG_INTEGER); +-`bound` for one
+    too long for int() to read, all of which are far past `bound`."""
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS:
+        return sign * bound
+    return sign * int(digits)
 
 
 def scheduled_for(headers: Mapping[str, object] | None, now_ms: float) -> float | None:

@@ -192,6 +192,35 @@ def test_move_to_a_chosen_exchange_and_key_then_delete(broker, channel):
     assert count(channel, "work.dlq") == 1
 
 
+def test_a_move_into_a_delayed_exchange_is_moved_once_and_delivered_when_due(
+        broker, channel):
+    # The delayed exchange holds the copy (no queue has it yet): once
+    # counted as unroutable, the original stayed and each try added a copy.
+    channel.exchange_declare("retry", "x-delayed-message", durable=True,
+                             arguments={"x-delayed-type": "direct"})
+    channel.queue_declare("target", durable=True)
+    channel.queue_bind("target", "retry", "target")
+    channel.exchange_declare("dlx", "fanout")
+    channel.queue_declare("work.dlq", durable=True)
+    channel.queue_bind("work.dlq", "dlx")
+    channel.queue_declare("work", durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+    channel.basic_publish("", "work", b"later", pika.BasicProperties(
+        delivery_mode=2, headers={"x-delay": 300}))
+    method, _props, _body = wait_get_noack(channel, "work")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_for(lambda: count(channel, "work.dlq") == 1)
+    status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/move",
+                           {"filter": {}, "exchange": "retry", "routing_key": "target"})
+    assert status == 202
+    task = wait_task(broker, started["task"])
+    assert (task["moved"], task["failed"], task["duplicates"]) == (1, 0, 0), task
+    assert count(channel, "work.dlq") == 0
+    _method, props, body = wait_get(channel, "target")
+    assert body == b"later" and props.headers["x-delay"] == -300
+    time.sleep(0.5)
+    assert count(channel, "target") == 0  # once
+
+
 def test_replay_candidates_are_matched_by_message_id_and_body_digest(broker, channel):
     import hashlib
     dead_letters(channel, [b"one", b"two", b"two"], message_ids=["a", "b", "b"])

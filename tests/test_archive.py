@@ -153,6 +153,26 @@ def test_a_failed_write_puts_the_messages_back_and_waits_before_trying_again(bro
     assert archiver.problem is None and queue.message_count == 0
 
 
+def test_a_dead_letter_parquet_cannot_hold_as_sent_is_archived_with_the_others(broker):
+    """A correlation-id that is not UTF-8 (short strings are any bytes) and
+    an x-death time a client wrote that no 64-bit count of microseconds
+    holds: once they kept the queue's every dead letter from the archive."""
+    queue = dlq(broker)
+    odd = dead_letter(0, died=-(10 ** 13))
+    odd.set_header(odd.header[:12] + encode_properties(Properties(
+        message_id="m0", correlation_id="\udcc3(\udca0", headers=odd.properties.headers)))
+    queue.enqueue(odd)
+    queue.enqueue(dead_letter(1))
+    archiver: Archiver = broker.archiver
+    assert archiver.tick((DIED + 10) * 1000.0) == 2
+    assert archiver.problem is None and queue.message_count == 0
+    first, second = archiver.files.records("/", "dlq")
+    assert first["correlation_id"] == "\ufffd(\ufffd"
+    assert first["deaths"][0]["time"] is None
+    assert first["content_header"] == odd.header  # a redrive's copy is as sent
+    assert second["message_id"] == "m1" and second["correlation_id"] is None
+
+
 def test_a_cause_is_logged_once_however_many_queues_and_retries_meet_it(broker, caplog):
     vhost = broker.vhosts["/"]
     for name in ("dlq.a", "dlq.b"):

@@ -76,6 +76,17 @@ def test_a_string_that_is_not_an_integer_is_an_error(text):
     assert read_delay_leniently({"x-delay": text}, {"x-delay": "longstr"}) is NO_DELAY
 
 
+def test_a_string_too_long_for_python_to_read_is_past_every_delay():
+    # The plugin reads any integer (Erlang's are unbounded); int() refuses
+    # over 4,300 digits, which once closed the connection with Python's words.
+    assert not delay("9" * 5000, "longstr").delays
+    assert not delay("-" + "9" * 5000, "longstr").delays
+    assert delay("0" * 5000 + "300", "longstr") == Delay(300)
+    assert scheduled_for({"_AMQ_SCHED_DELIVERY": "9" * 5000}, 1000.0) is None
+    assert scheduled_for({"_AMQ_SCHED_DELIVERY": str(2**63)}, 1000.0) is None
+    assert scheduled_for({"_AMQ_SCHED_DELIVERY": "0" * 5000 + "5000"}, 1000.0) == 5000.0
+
+
 def test_types_are_inferred_without_a_type_table():
     assert read_delay({"x-delay": 300}) == Delay(300)
     assert read_delay({"x-delay": "300"}) == Delay(300)

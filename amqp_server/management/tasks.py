@@ -178,8 +178,13 @@ class LocalTarget:
             header = header[:HEADER_PREFIX] + encode_properties(
                 replace(props, headers=redriven_headers(props.headers)))
         copy = Message.to(exchange_name, keys[0], header, original.body)
+        holding = self.vhost.delayed.accepted
         published = self.vhost.republish(copy, self.grant, keys)
         if not published.routed:
+            if self.vhost.delayed.accepted != holding:
+                # A delayed exchange holds it (x-delay): moved, routed when
+                # due, as the dead letterer counts it.
+                return copy, copy.stored_gen
             return UNROUTABLE, False
         if published.refused:
             return REFUSED, published.taken

@@ -54,9 +54,46 @@ def write(handle: IO[bytes], columns: dict[str, list[Any]]) -> None:
     twice as long (59 ms a batch of 1,000 against 26)."""
     rows = max(map(len, columns.values()), default=0)
     table = pa.Table.from_arrays(
-        [pa.array(columns.get(field.name, [None] * rows), type=field.type)
-         for field in SCHEMA], schema=SCHEMA)
+        [_array(columns.get(field.name, [None] * rows), field.type) for field in SCHEMA],
+        schema=SCHEMA)
     pq.write_table(table, handle, compression="zstd", use_dictionary=_DICTIONARY)
+
+
+def _array(values: list[Any], kind: pa.DataType) -> pa.Array:
+    try:
+        return pa.array(values, type=kind)
+    except (UnicodeEncodeError, OverflowError):
+        # What a client sent that Parquet cannot hold: a short-string
+        # property is any bytes (kept as lone surrogates when not UTF-8),
+        # an x-death time any long.  One such message must not keep its
+        # queue's dead letters from the archive for good: its readable
+        # columns take storable values; its content header (what a
+        # redrive rebuilds it from) stays byte for byte.
+        return pa.array([storable(value) for value in values], type=kind)
+
+
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def storable(value: Any) -> Any:
+    """`value` with text that is not UTF-8 shown with U+FFFD in place of
+    each bad byte, and integers past 64 bits as null, in lists and maps
+    too."""
+    if isinstance(value, str):
+        try:
+            raw = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no undecodable byte became
+            raw = value.encode("utf-8", "surrogatepass")
+        return raw.decode("utf-8", "replace")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if value in _INT64 else None
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    return value
 
 
 def read(path: str, vhost: str | None = None, queue: str | None = None) -> list[dict]:
