@@ -3,7 +3,10 @@
 archived, then leave the queue (amqp_server/broker/archiving.py).
 
 A dead letter's stay counts from the time of its latest death (x-death[0]
-`time`, seconds), which travels with the message and survives a restart.
+`time`), which travels with the message and survives a restart.  That
+time is cut to the second, so the stay counts from the end of that second:
+a dead letter is kept at least its retention, at most a second longer,
+never less.
 A message with no death history is not a dead letter and stays, however
 old: retention never removes what did not die.  Dead letters arrive in
 roughly the order they died, so the walk from the head stops at the first
@@ -18,7 +21,7 @@ from collections.abc import Iterable
 
 def is_due(death_time: int, retention_ms: int, now_ms: float) -> bool:
     """A dead letter that died at `death_time` (s) has stayed past retention."""
-    return death_time * 1000 + retention_ms <= now_ms
+    return next_due(death_time, retention_ms) <= now_ms
 
 
 def due(messages: Iterable[tuple[int, int | None, int]], retention_ms: int, now_ms: float,
@@ -47,5 +50,6 @@ def due(messages: Iterable[tuple[int, int | None, int]], retention_ms: int, now_
 
 
 def next_due(death_time: int, retention_ms: int) -> float:
-    """When (ms) a dead letter that died at `death_time` comes due."""
-    return death_time * 1000 + retention_ms
+    """When (ms) a dead letter that died at `death_time` comes due: its
+    death second's end plus the retention."""
+    return (death_time + 1) * 1000 + retention_ms

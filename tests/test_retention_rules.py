@@ -8,9 +8,17 @@ NOW = 1_000_000_000.0  # ms
 
 
 def test_a_dead_letter_is_due_once_its_latest_death_is_retention_ago():
-    assert is_due(999_990, 10_000, NOW)
-    assert not is_due(999_991, 10_000, NOW)
-    assert next_due(999_991, 10_000) == NOW + 1000
+    # x-death's time is cut to the second: the stay counts from that
+    # second's end, so no dead letter leaves before its retention.
+    assert is_due(999_989, 10_000, NOW)
+    assert not is_due(999_990, 10_000, NOW)
+    assert next_due(999_990, 10_000) == NOW + 1000
+
+
+def test_no_dead_letter_is_due_before_its_retention_whenever_in_its_second_it_died():
+    died_ms = 999_990_999  # the last millisecond of second 999,990
+    assert not is_due(died_ms // 1000, 10_000, died_ms + 10_000 - 1)
+    assert is_due(died_ms // 1000, 10_000, died_ms + 10_000 + 1)
 
 
 def test_messages_that_never_died_are_never_due():
