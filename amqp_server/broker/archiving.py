@@ -215,8 +215,9 @@ class Archiver:
         try:
             await self.replication.file(result[0])
         except (TimeoutError, OSError) as exc:
-            # Not on the followers: the messages stay (a later batch
-            # archives them again: a duplicate in the archive, no loss).
+            # Not on the followers, and this node no longer leads (or the
+            # file could not be read back): the messages stay (archived
+            # again by whoever leads: a duplicate in the archive, no loss).
             why = exc if str(exc) else TimeoutError("not on every in-sync follower in time")
             self._settle(key, queue, entries, None, why, now)
         else:

@@ -40,7 +40,18 @@ class ArchiveShipping:
         for offset in range(0, max(size, 1), COPY_CHUNK):
             self.shipper.ship([f.ARCHIVE_FILE, 0, relative, offset,
                                data[offset:offset + COPY_CHUNK], size])
-        await self.shipper.settled()
+        # Shipped once; while this node leads, its batch waits as long as
+        # the followers take (an in-sync one away until the lag timeout
+        # counts it out, too few in sync until one is back).  Giving up
+        # would put the messages back for the next batch to archive again:
+        # one more copy of each in the archive per try.
+        while True:
+            try:
+                await self.shipper.settled()
+                return
+            except TimeoutError:
+                if self.shipper.stopped:
+                    raise  # leadership ended: they stay in the queue
 
     async def ledger(self) -> None:
         """Ship what was appended to the redriven ledger since last time."""

@@ -93,6 +93,10 @@ class Replica:
             raise f.FrameError(f"unexpected piece of {path!r} in a copy")
         handle = self._copying.get(path)
         if handle is None:
+            # The leader sends a copy's files one after the other: the one
+            # before is whole.  One open at a time, however many there are
+            # (the archive alone may hold thousands).
+            self._close_copied()
             target = self._local(path)
             self._make_dirs(target.parent)
             handle = self._copying[path] = open(target, "wb")
@@ -100,13 +104,19 @@ class Replica:
             raise f.FrameError(f"piece of {path!r} at {offset}, expected {handle.tell()}")
         handle.write(data)
 
-    def finish_copy(self, lsn: int) -> None:
-        if self._copying is None:
-            raise f.FrameError("a copy ended that had not started")
-        for handle in self._copying.values():
+    def _close_copied(self) -> None:
+        """The copied files still open, durable and closed."""
+        copying = self._copying or {}
+        for handle in copying.values():
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
+        copying.clear()
+
+    def finish_copy(self, lsn: int) -> None:
+        if self._copying is None:
+            raise f.FrameError("a copy ended that had not started")
+        self._close_copied()
         self._copying = None
         for directory in (self.data_dir, self.data_dir / "messages",
                           self.data_dir / "definitions"):

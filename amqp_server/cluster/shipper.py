@@ -403,18 +403,20 @@ class Shipper:
         first = backlog[0][0] if backlog else self.lsn + 1
         if (epoch == self.epoch and isinstance(lsn, int) and first - 1 <= lsn <= self.lsn):
             link.send(f.encode([f.RESUME, self.epoch, lsn, epoch]))
-            start = lsn
+            link.acked = self.acked[link.node] = start = lsn  # on its disk, it says
         elif (epoch is not None and (epoch, lsn) == self.base
               and (not backlog or first == self.base[1] + 1)):
             # The same copy this leader started from: nothing is missing.
             link.send(f.encode([f.RESUME, self.epoch, lsn, epoch]))
-            start = lsn
+            link.acked = self.acked[link.node] = start = lsn
         else:
             # The follower forgets its copy before it takes this one: what
-            # it acknowledged before is on its disk no more.
+            # it acknowledged before is on its disk no more, and the copy
+            # counts only once it acknowledges it (after making it whole
+            # and durable): a confirm waiting for it waits until then.
             self.acked[link.node] = -1
             start = await self._copy(link)
-        link.acked = link.sent = self.acked[link.node] = start
+        link.sent = start
         # The frames shipped since that point, then the live stream.
         for frame_lsn, _, data, _ in list(self._backlog):
             if frame_lsn > start:

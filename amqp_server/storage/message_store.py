@@ -84,6 +84,9 @@ class MessageStore:
         # its flushes.
         self.streams_directory = self.directory.parent / "streams"
         self._trash_emptied = False
+        # Streams opened before recover() are the ones the definitions
+        # restored; one opened after it was declared now.
+        self._recovered = False
 
     # ---- recovery --------------------------------------------------------
 
@@ -120,6 +123,7 @@ class MessageStore:
             for entry in ordered:
                 self.log.live[entry.segment] += 1
         self.log.start_after(numbers)
+        self._recovered = True
         return result
 
     @staticmethod
@@ -296,14 +300,26 @@ class MessageStore:
             self._trash_emptied = True
             shutil.rmtree(trash, ignore_errors=True)  # deleted before a crash
         directory = self.streams_directory / vhost.encode().hex() / queue.encode().hex()
+        if self._recovered and directory.exists():
+            # Declared now, yet its directory is there: what a deletion
+            # left (in a cluster, a copy that had the queue's deletion and
+            # not yet its files' removal when its leader died).  A stream
+            # declared again starts empty: the leftover is deleted as a
+            # stream is, on the followers' copies too, before the new
+            # stream's first appends (riders are written in order).
+            self.delete_stream(self._log_at(directory, segment_size))
+        stream = self._log_at(directory, segment_size)
+        problems = stream.recover()
+        self._ship_redriven(stream)
+        return stream, problems
+
+    def _log_at(self, directory: Path, segment_size: int) -> StreamLog:
         stream = StreamLog(directory, segment_size, self.log.request_flush,
                            self.log.rider_appended)
         # Its name in replication frames: the directory under the data directory.
         stream.name = directory.relative_to(self.directory.parent).as_posix()
-        problems = stream.recover()
         self.log.riders.append(stream)
-        self._ship_redriven(stream)
-        return stream, problems
+        return stream
 
     @property
     def next_generation(self) -> int:
