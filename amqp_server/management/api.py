@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import ipaddress
+import json
 
 from aiohttp import web
 
@@ -24,7 +25,17 @@ from ..broker.access_control import NotAuthorised, check_not_default
 from ..broker.permissions import CONFIGURE, READ
 from ..errors import ACCESS_REFUSED, CONNECTION_FORCED, NOT_FOUND, AMQPError
 from ..wire.table import FieldTable
-from . import bindings, console, health, messages, metrics, rates, users, workbench_routes
+from . import (
+    bindings,
+    console,
+    health,
+    listing,
+    messages,
+    metrics,
+    rates,
+    users,
+    workbench_routes,
+)
 from .requests import (
     BROKER,
     USER_KEY,
@@ -81,7 +92,7 @@ async def auth_and_errors(request: web.Request, handler):
             return response
         request[USER_KEY] = user
     try:
-        response = await handler(request)
+        response = _with_columns(request, await handler(request))
         if broker.cluster is not None and request.method != "GET":
             # A clustered leader answers a change once every in-sync copy has it.
             try:
@@ -98,6 +109,8 @@ async def auth_and_errors(request: web.Request, handler):
         return not_authorised(str(exc))
     except BadRequest as exc:
         return _error(400, "bad_request", exc.reason)
+    except listing.ListingError as exc:
+        return _error(400, exc.error, exc.reason)
     except PolicyError as exc:
         return _error(400, "bad_request", str(exc))
     except AMQPError as exc:
@@ -160,14 +173,32 @@ def table(value) -> FieldTable:
     return FieldTable(value)
 
 
-def _listing(request: web.Request, items: list[dict]) -> web.Response:
-    """?sort= and ?sort_reverse= as the management API honours them."""
-    sort = request.query.get("sort")
-    if sort:
-        items.sort(key=lambda item: (item.get(sort) is None, str(item.get(sort))))
-    if request.query.get("sort_reverse") == "true":
-        items.reverse()
-    return web.json_response(items)
+def _listing(request: web.Request, items: list[dict], pages: bool = False) -> web.Response:
+    """?sort= and ?sort_reverse= as the management API honours them; with
+    `pages` (the listings RabbitMQ pages) its default order and ?page=,
+    ?page_size=, ?name=, ?use_regex= too.  (?columns= applies to every
+    answer: auth_and_errors.)"""
+    query = request.query
+    page = listing.page_asked(query) if pages else None
+    items = listing.sorted_items(items, query.get("sort"), query.get("sort_reverse") == "true",
+                                 listing.DEFAULT_SORT if pages else ())
+    return web.json_response(listing.paged(items, page) if page is not None else items)
+
+
+def _with_columns(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """?columns= on a JSON answer: only the named keys (within a page's
+    items when a page was asked), as rabbit_mgmt_util:reply/3 does."""
+    columns = listing.columns_asked(request.query)
+    if (columns is None or request.method != "GET" or not isinstance(response, web.Response)
+            or response.status != 200 or response.content_type != "application/json"
+            or not isinstance(response.body, bytes)):
+        return response
+    body = json.loads(response.body)
+    if isinstance(body, dict) and "page" in request.query and "page_count" in body:
+        body["items"] = listing.with_columns(body["items"], columns)
+    else:
+        body = listing.with_columns(body, columns)
+    return web.json_response(body)
 
 
 def _own(request: web.Request, connection) -> bool:
@@ -239,7 +270,7 @@ async def whoami(request: web.Request) -> web.Response:
 
 
 async def list_vhosts(request: web.Request) -> web.Response:
-    return _listing(request, [_vhost_json(v) for v in _vhosts(request)])
+    return _listing(request, [_vhost_json(v) for v in _vhosts(request)], pages=True)
 
 
 async def get_vhost(request: web.Request) -> web.Response:
@@ -265,7 +296,8 @@ async def list_queues(request: web.Request) -> web.Response:
         return _error(400, "invalid_range_parameters", str(exc))
     sampled = request.app[RATES]
     return _listing(request, [rates.merge(queue_json(q), sampled.queue(q, wanted))
-                              for v in _vhosts(request) for q in v.queues.values()])
+                              for v in _vhosts(request) for q in v.queues.values()],
+                    pages=True)
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -335,7 +367,7 @@ async def get_messages(request: web.Request) -> web.Response:
 
 async def list_exchanges(request: web.Request) -> web.Response:
     return _listing(request, [exchange_json(x) for v in _vhosts(request)
-                              for x in v.exchanges.values()])
+                              for x in v.exchanges.values()], pages=True)
 
 
 def _exchange_name(request: web.Request, key: str = "name") -> str:
@@ -526,7 +558,8 @@ def _policy_routes(operator: bool):
 # ---- connections, channels, consumers ----------------------------------------
 
 async def list_connections(request: web.Request) -> web.Response:
-    return _listing(request, [connection_json(c) for c in _connections(request)])
+    return _listing(request, [connection_json(c) for c in _connections(request)],
+                    pages=True)
 
 
 async def get_connection(request: web.Request) -> web.Response:
@@ -557,7 +590,7 @@ def _connection(request: web.Request):
 
 async def list_channels(request: web.Request) -> web.Response:
     return _listing(request, [channel_json(c, ch) for c in _connections(request)
-                              for ch in c.channels.values()])
+                              for ch in c.channels.values()], pages=True)
 
 
 async def list_consumers(request: web.Request) -> web.Response:
