@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from amqp_server.testing import BrokerThread
 
+from .waiting import wait_for, wait_get_noack
+
 
 def scrape(broker, path: str = "/metrics") -> dict:
     """{metric family name: {frozenset(labels): value}} of one scrape."""
@@ -133,6 +135,7 @@ def test_dead_letters_by_reason_survive_the_queues_deletion(broker, channel):
     channel.queue_delete("pm.src")
     channel.queue_delete("pm.bare")
     channel.queue_delete("pm.lost")
+    channel.queue_delete("pm.dlq")
     after = scrape(broker)
     for got in (before, after):
         assert value(got, "rabbitmq_global_messages_dead_lettered_rejected_total",
@@ -144,8 +147,13 @@ def test_dead_letters_by_reason_survive_the_queues_deletion(broker, channel):
                      cause="no_dlx", reason="maxlen") == 1
         assert value(got, "amqp_queue_messages_dead_letter_dropped_total",
                      cause="dlx_missing", reason="maxlen") == 1
-        assert value(got, "amqp_queue_messages_dead_lettered_total", reason="maxlen") == 0
-    assert value(after, "rabbitmq_queues_deleted_total") == 3
+        assert got["amqp_queue_messages_dead_lettered_total"].get(
+            frozenset({("reason", "maxlen")}), 0) == 0
+        assert value(got, "amqp_queue_dead_letters_received_total", reason="rejected") == 2
+        assert value(got, "amqp_queue_dead_letters_archived_total") == 0
+    # No unlabelled stand-in beside the labelled series.
+    assert frozenset() not in after["amqp_queue_dead_letters_received_total"]
+    assert value(after, "rabbitmq_queues_deleted_total") == 4
     assert value(after, "rabbitmq_queues_created_total") == 4
 
 
@@ -206,3 +214,25 @@ def test_the_listener_can_be_turned_off():
         assert broker.server.prometheus is None
         with pytest.raises(RuntimeError, match="prometheus_port=-1"):
             broker.prometheus_url
+
+
+def test_a_lazy_dead_letter_queue_counts_its_paged_dead_letters(broker, channel):
+    # A lazy queue keeps 256 messages in memory, any queue pages past its
+    # threshold: the gauge once read 256 however many waited.
+    channel.queue_declare("pm.lazy", arguments={"x-queue-mode": "lazy"})
+    channel.queue_declare("pm.ttl", arguments={"x-message-ttl": 0,
+                                               "x-dead-letter-exchange": "",
+                                               "x-dead-letter-routing-key": "pm.lazy"})
+    channel.confirm_delivery()
+    for _ in range(1000):
+        channel.basic_publish("", "pm.ttl", b"x")
+    assert wait_for(lambda: channel.queue_declare("pm.lazy", passive=True)
+                    .method.message_count == 1000)
+    waiting = {"vhost": "/", "queue": "pm.lazy", "reason": "expired"}
+    per_object = scrape(broker, "/metrics/per-object")
+    assert value(per_object, "amqp_queue_dead_letters_waiting", **waiting) == 1000
+    for _ in range(900):  # read back from the page file as the head drains
+        method, _, _ = wait_get_noack(channel, "pm.lazy")
+        channel.basic_ack(method.delivery_tag)
+    per_object = scrape(broker, "/metrics/per-object")
+    assert value(per_object, "amqp_queue_dead_letters_waiting", **waiting) == 100

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+from amqp_server.broker.dead_letter_watch import DeadLetterWatch
 from amqp_server.broker.message import Entry, Message
 from amqp_server.broker.queue.arrivals import CAP, Arrivals
 from amqp_server.broker.queue.census import take_census
@@ -117,3 +118,46 @@ def test_the_census_counts_dead_letters_by_their_latest_reason_and_finds_the_old
     assert dict(census.waiting) == {"rejected": 2, "expired": 1}
     assert census.oldest_death == 1000
     assert take_census(entries, limit=2).complete is False
+
+
+# ---- the watch --------------------------------------------------------------------
+
+class _Vhost:
+    def __init__(self, *queues: Queue) -> None:
+        self.name = "/"
+        self.queues = {queue.name: queue for queue in queues}
+
+
+def _burst(queue: Queue, count: int, reason: str = "rejected") -> None:
+    for _ in range(count):
+        queue.enqueue(_dead(reason, 1000))
+    queue.stats["dead_letters_received"][reason] += count  # as the dead letterer counts
+
+
+def test_a_burst_into_a_quiet_dead_letter_queue_fires_as_the_rules_do():
+    # Prometheus scraped the empty queue's zeros all along: `offset` and
+    # rate() see the jump.  The watch stood those zeros in when it first
+    # sampled the queue (it had skipped it while empty).
+    watch = DeadLetterWatch(LOW, interval=60.0)
+    dlq = Queue("/", "dlq")
+    vhosts = [_Vhost(dlq)]
+    for now in (0.0, 60.0, 120.0):
+        watch.sample(vhosts, now)
+    assert watch.alerts() == []
+    _burst(dlq, 100)
+    watch.sample(vhosts, 135.0)
+    assert watch.alerts() == [{"vhost": "/", "queue": "dlq",
+                               "alerts": [GROWING, RATE_SPIKE]}]
+
+
+def test_dead_letters_there_at_the_first_round_stand_for_no_growth():
+    # After a restart the queue holds what it held: Prometheus saw it
+    # before and after, no growth.
+    watch = DeadLetterWatch(LOW, interval=60.0)
+    dlq = Queue("/", "dlq")
+    for _ in range(50):
+        dlq.enqueue(_dead("expired", 1000))
+    vhosts = [_Vhost(dlq)]
+    for now in (1000.0, 1030.0, 1060.0, 1090.0):  # the dead letters stay younger than 100 s
+        watch.sample(vhosts, now)
+    assert watch.alerts() == []

@@ -47,6 +47,8 @@ class Counters:
         self.retired_republished: Counter = Counter()
         self.retired_dropped: Counter = Counter()
         self.retired_expired = 0
+        self.retired_received: Counter = Counter()  # dead letters that arrived, by reason
+        self.retired_archived = 0
 
     def publishes(self, count: int, routed: bool, mandatory: bool, confirm: bool,
                   refused=()) -> None:
@@ -92,6 +94,8 @@ class Counters:
         self.retired_republished.update(queue.stats["dead_lettered"])
         self.retired_dropped.update(queue.stats["dropped"])
         self.retired_expired += queue.stats["expired"]
+        self.retired_received.update(queue.stats["dead_letters_received"])
+        self.retired_archived += queue.stats["archived"]
 
 
 def dead_letter_strategy(queue) -> str:

@@ -4,7 +4,13 @@ every queue each second up to MARKS_PER_TICK queues);
 every `interval` seconds each queue that has seen dead letters is sampled
 and the alert conditions of docs/prometheus/dead-letter-alerts.yml are
 evaluated on its samples by `dlx.alerts.firing`, so the web console names
-the queues whose alerts fire with or without a Prometheus server."""
+the queues whose alerts fire with or without a Prometheus server.
+
+A queue with nothing to look at is not sampled, only noted as quiet
+since then; its first sample comes with zero samples standing for that
+quiet time (where each alert's window looks back, and the last round),
+so a burst into a dead letter queue that was empty fires as the rules do
+on the zeros Prometheus scraped meanwhile."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ class DeadLetterWatch:
         self.interval = interval  # seconds between samples (Prometheus's evaluation interval)
         self._samples: dict[tuple[str, str], deque[Sample]] = {}
         self._last: float | None = None
+        self._sampled_at: float | None = None  # the last sampling round
         self.firing: dict[tuple[str, str], tuple[str, ...]] = {}
         self._to_mark: list = []  # queues still to mark this round, last first
 
@@ -51,12 +58,16 @@ class DeadLetterWatch:
         samples = self._samples
         seen = set()
         cutoff = now - self.thresholds.longest_window
+        previous, self._sampled_at = self._sampled_at, now
         for vhost in vhosts:
             for queue in vhost.queues.values():
                 arrived = queue.stats["dead_letters_received"]
                 if not (arrived or queue.ready or queue.pager.count or queue.held_count):
                     if (vhost.name, queue.name) not in samples:
-                        continue  # nothing to look at: an empty queue that never saw any
+                        # Nothing to look at: an empty queue that never saw any.
+                        if queue.quiet_since is None:
+                            queue.quiet_since = now
+                        continue
                 key = (vhost.name, queue.name)
                 received = sum(arrived.values())
                 held = queue.held_count
@@ -67,7 +78,10 @@ class DeadLetterWatch:
                 seen.add(key)
                 age = (max(0.0, now - census.oldest_death)
                        if waiting and census.oldest_death is not None else 0.0)
-                series = samples.setdefault(key, deque())
+                series = samples.get(key)
+                if series is None:
+                    series = samples[key] = deque(
+                        self._quiet(queue.quiet_since, previous))
                 series.append(Sample(now, waiting, age, received, held))
                 # Keep the newest sample as old as the longest window, no older.
                 while len(series) >= 2 and series[1].time <= cutoff:
@@ -81,6 +95,17 @@ class DeadLetterWatch:
             if key not in seen:  # the queue is gone
                 del samples[key]
                 self.firing.pop(key, None)
+
+    def _quiet(self, since: float | None, until: float | None) -> list[Sample]:
+        """Zero samples for a queue found quiet from `since` to `until`
+        (the last round): one where each window reaches back to, one at
+        `until`.  None when it was not seen quiet before this round."""
+        if since is None or until is None or since > until:
+            return []
+        t = self.thresholds
+        times = {max(since, until - window)
+                 for window in (t.growth_window, t.rate_window, t.held_for)}
+        return [Sample(at, 0, 0.0, 0, 0) for at in sorted(times | {until})]
 
     def alerts(self) -> list[dict]:
         """The queues whose alerts fire, as the management API gives them."""

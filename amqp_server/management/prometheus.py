@@ -477,6 +477,9 @@ def _dead_letters_aggregated(broker) -> list[Metric]:
             {(("cause", cause), ("reason", reason)): n
              for (cause, reason), n in c.retired_dropped.items()}),
         "queue_messages_expired_total": Counter({(): c.retired_expired}),
+        "queue_dead_letters_received_total": Counter(
+            {(("reason", reason),): n for reason, n in c.retired_received.items()}),
+        "queue_dead_letters_archived_total": Counter({(): c.retired_archived}),
     }
     metrics = []
     for name, kind, help_text, samples in summed:
@@ -484,6 +487,8 @@ def _dead_letters_aggregated(broker) -> list[Metric]:
         if extra:
             totals = Counter({tuple(labels.items()): value for labels, value in samples})
             totals.update(extra)
+            if len(totals) > 1 and not totals.get((), 1):
+                del totals[()]  # _aggregate's stand-in for no queue, beside real series
             samples = [(dict(key), value) for key, value in sorted(totals.items())]
         metrics.append((name, kind, help_text, samples))
     return metrics

@@ -11,8 +11,10 @@ which RabbitMQ keeps from the first death under that queue and reason):
 it travels with the message, so it survives a restart.
 
 The census looks at the ready messages in memory, the head first, at most
-SCAN_LIMIT of them; a queue's paged-out tail (newer messages) is not
-counted.  The result is kept until the queue changes.
+SCAN_LIMIT of them; a queue's paged-out tail (newer messages: a lazy
+queue keeps 256 in memory, any queue pages past its threshold) is counted
+by reason as it is paged out and back in (paging.py), its ages not.  The
+result is kept until the queue changes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ class Census:
     waiting: Counter = field(default_factory=Counter)  # reason -> dead letters
     oldest_death: int | None = None  # seconds since the epoch
     complete: bool = True  # every ready message was looked at
+
+
+def latest_reason_of_header(header: bytes) -> str | None:
+    """The reason of the latest death a stored content header records, or
+    None (no history, or one that cannot be read)."""
+    if header.find(_MARK) < 0:
+        return None
+    try:
+        history = history_from_headers(decode_properties(header[HEADER_PREFIX:]).headers)
+    except (ValueError, IndexError, struct.error):
+        return None
+    return history.deaths[0].reason if history.deaths else None
 
 
 def history_of(message):

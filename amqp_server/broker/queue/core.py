@@ -132,6 +132,9 @@ class Queue:
         self.had_consumers = False
         self.consumers_gone_at: float | None = None  # when the last one left (ms)
         self.auto_created = False  # an Artemis DLQ./EXP. queue (broker/auto_created.py)
+        # When the dead-letter watch first found it empty, never having had
+        # a dead letter (broker/dead_letter_watch.py); None: not seen so.
+        self.quiet_since: float | None = None
         self.unacked = 0  # delivered (or withdrawn) and not settled
         self.next_seq = 0
         self.deleted = False
@@ -229,6 +232,7 @@ class Queue:
         if cached is not None and cached[0] == key:
             return cached[1]
         census = take_census(self.ready)
+        census.waiting.update(self.pager.dead_letters)  # the paged tail's
         self._census = (key, census)
         return census
 

@@ -18,6 +18,7 @@ its ordering part and tells this part how many there are):
     attached                      a broker's Paging is configured
     count, bytes, segments        paged messages, their body bytes, and how
                                   many of them each store segment holds
+    dead_letters                  paged dead letters by their latest death's reason
     count_in(lane)                paged messages of a lane
     top_lane()                    the highest lane holding any
     past_threshold(in_memory, ready_bytes, stored)
@@ -46,6 +47,7 @@ from collections import Counter
 
 from ...wire.frames import shortstr
 from ..message import Entry, Message
+from .census import history_of, latest_reason_of_header
 
 # A lazy queue (x-queue-mode: lazy) keeps only this much in memory, for
 # every message, transient ones included.
@@ -106,6 +108,8 @@ class Pager:
         self.count = 0
         self.bytes = 0
         self.segments: Counter = Counter()  # store segment -> paged entries in it
+        # The census counts the dead letters in memory; these are the rest.
+        self.dead_letters: Counter = Counter()
 
     def adopt(self, settings) -> None:
         """New effective settings: a policy may set queue-mode or the
@@ -185,6 +189,9 @@ class Pager:
              list(message.bcc) or None, entry.deadline]])
         self._track(lane, entry.seq, 1, len(message.body),
                     () if entry.segment is None else (entry.segment,))
+        history = history_of(message)
+        if history is not None:
+            self.dead_letters[history.deaths[0].reason] += 1
 
     def page_stored(self, index: int, items: list) -> int:
         """Recovery: stored messages (storage.message_store.StoredEntry, in
@@ -197,6 +204,12 @@ class Pager:
              item.payload) for item in items)
         size = sum(item.body_size for item in items)
         self._track(lane, items[0].seq, len(items), size, (item.segment for item in items))
+        dead_letters = self.dead_letters
+        for item in items:
+            if b"x-death" in bytes(item.payload):  # only those are decoded
+                reason = latest_reason_of_header(item.record()[6])
+                if reason is not None:
+                    dead_letters[reason] += 1
         return size
 
     def _track(self, lane: Lane, first_seq: int, count: int, size: int, segments) -> None:
@@ -231,6 +244,9 @@ class Pager:
                                   tuple(keys) if keys else shared[1])
                 if bcc:
                     message.bcc = tuple(bcc)
+                history = history_of(message)  # kept on it for the census
+                if history is not None:
+                    self._unpage_dead_letter(history.deaths[0].reason)
                 entry = Entry(seq, message)
                 entry.redelivered = redelivered
                 entry.deadline = deadline
@@ -250,6 +266,13 @@ class Pager:
         if not self.count:
             self.drop()
         return entries
+
+    def _unpage_dead_letter(self, reason: str) -> None:
+        dead_letters = self.dead_letters
+        if dead_letters[reason] > 1:
+            dead_letters[reason] -= 1
+        else:
+            del dead_letters[reason]
 
     def paged_refs(self):
         """What a purge tells the store: a FIFO queue's paged entries are
@@ -273,3 +296,4 @@ class Pager:
             lane.count = 0
         self.count = self.bytes = 0
         self.segments.clear()
+        self.dead_letters.clear()
