@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import struct
 
+from hypothesis import given, strategies as st
+
 from amqp_server.broker.dead_letter_watch import DeadLetterWatch
 from amqp_server.broker.message import Entry, Message
 from amqp_server.broker.queue.arrivals import CAP, Arrivals
-from amqp_server.broker.queue.census import take_census
+from amqp_server.broker.queue.census import latest_reason_of_header, take_census
 from amqp_server.broker.queue.core import Queue
 from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
@@ -161,3 +163,15 @@ def test_dead_letters_there_at_the_first_round_stand_for_no_growth():
     for now in (1000.0, 1030.0, 1060.0, 1090.0):  # the dead letters stay younger than 100 s
         watch.sample(vhosts, now)
     assert watch.alerts() == []
+
+
+@given(st.lists(st.sampled_from(["rejected", "expired", "maxlen", "delivery_limit", "é"]),
+                min_size=1, max_size=3),
+       st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=3))
+def test_a_paged_dead_letters_reason_is_read_from_its_bytes_as_decoding_finds_it(
+        reasons, others):
+    deaths = [FieldTable({"count": 1, "reason": reason, "queue": "q", "time": 1})
+              for reason in reasons]
+    header = _header(FieldTable({**others, "x-death": deaths}))
+    assert latest_reason_of_header(header) == reasons[0]
+    assert latest_reason_of_header(_header(FieldTable(others))) is None

@@ -39,11 +39,30 @@ class Census:
     complete: bool = True  # every ready message was looked at
 
 
+# The x-death key with its array type, and the reason key with its longstr
+# type, as a field table encodes them.
+_DEATHS_KEY = b"\x07x-deathA"
+_REASON_KEY = b"\x06reasonS"
+_U32 = struct.Struct(">I")
+
+
 def latest_reason_of_header(header: bytes) -> str | None:
     """The reason of the latest death a stored content header records, or
-    None (no history, or one that cannot be read)."""
-    if header.find(_MARK) < 0:
-        return None
+    None (no history, or one that cannot be read).  Read straight from the
+    bytes: x-death[0]'s `reason` is the first reason key after the x-death
+    key (a recovered queue's paged tail may hold millions of dead letters;
+    decoding each header took 32 µs)."""
+    at = header.find(_DEATHS_KEY)
+    if at < 0:
+        return None if header.find(_MARK) < 0 else _decoded_reason(header)
+    at = header.find(_REASON_KEY, at)
+    if at < 0 or at + 12 > len(header):
+        return _decoded_reason(header)
+    (size,) = _U32.unpack_from(header, at + 8)
+    return header[at + 12:at + 12 + size].decode("utf-8", "replace")
+
+
+def _decoded_reason(header: bytes) -> str | None:
     try:
         history = history_from_headers(decode_properties(header[HEADER_PREFIX:]).headers)
     except (ValueError, IndexError, struct.error):
