@@ -47,7 +47,7 @@ from collections import Counter
 
 from ...wire.frames import shortstr
 from ..message import Entry, Message
-from .census import history_of, latest_reason_of_header
+from .census import latest_reason_of_header
 
 # A lazy queue (x-queue-mode: lazy) keeps only this much in memory, for
 # every message, transient ones included.
@@ -189,9 +189,9 @@ class Pager:
              list(message.bcc) or None, entry.deadline]])
         self._track(lane, entry.seq, 1, len(message.body),
                     () if entry.segment is None else (entry.segment,))
-        history = history_of(message)
-        if history is not None:
-            self.dead_letters[history.deaths[0].reason] += 1
+        reason = latest_reason_of_header(message.header)
+        if reason is not None:
+            self.dead_letters[reason] += 1
 
     def page_stored(self, index: int, items: list) -> int:
         """Recovery: stored messages (storage.message_store.StoredEntry, in
@@ -207,7 +207,7 @@ class Pager:
         dead_letters = self.dead_letters
         for item in items:
             if b"x-death" in bytes(item.payload):  # only those are decoded
-                reason = latest_reason_of_header(item.record()[6])
+                reason = latest_reason_of_header(item.record()[6])  # its content header
                 if reason is not None:
                     dead_letters[reason] += 1
         return size
@@ -244,9 +244,9 @@ class Pager:
                                   tuple(keys) if keys else shared[1])
                 if bcc:
                     message.bcc = tuple(bcc)
-                history = history_of(message)  # kept on it for the census
-                if history is not None:
-                    self._unpage_dead_letter(history.deaths[0].reason)
+                reason = latest_reason_of_header(header)
+                if reason is not None:
+                    self._unpage_dead_letter(reason)
                 entry = Entry(seq, message)
                 entry.redelivered = redelivered
                 entry.deadline = deadline
@@ -272,7 +272,7 @@ class Pager:
         if dead_letters[reason] > 1:
             dead_letters[reason] -= 1
         else:
-            del dead_letters[reason]
+            dead_letters.pop(reason, None)
 
     def paged_refs(self):
         """What a purge tells the store: a FIFO queue's paged entries are
