@@ -5,9 +5,9 @@ in NOT_HERE with the reason it cannot be.
 
 The names were extracted (with `metric_names` below) from
 deps/rabbitmq_prometheus/docker/grafana/dashboards/RabbitMQ-Overview.json
-in https://github.com/rabbitmq/rabbitmq-server at two commits: the one the
-3.13 line ships (tag v3.13.7) and the current one, which RabbitMQ 4.x's
-exporter serves.  The dashboard itself is not copied here, only the names.
+in https://github.com/rabbitmq/rabbitmq-server at three commits: the ones
+the 3.10 and 3.13 lines ship (tags v3.10.8, v3.13.7) and the current one,
+which RabbitMQ 4.x's exporter serves.  The dashboard itself is not copied here, only the names.
 To refresh: load the dashboard's JSON, call `dashboard_metrics` on it, and
 compare with the sets below.
 """
@@ -45,6 +45,10 @@ _COMMON = {
 }
 # commit of the dashboard file -> the metric names its PromQL uses.
 DASHBOARD_METRICS = {
+    # tag v3.10.8, the release Debian ships and the tests compare with
+    "5b67ea2bbd4c09e8ad2d5b2b67bf1b5feff29231": (_COMMON - {"rabbitmq_global_publishers"}) | {
+        "rabbitmq_channel_consumers", "rabbitmq_consumers", "rabbitmq_process_max_tcp_sockets",
+        "rabbitmq_process_open_tcp_sockets"},
     # tag v3.13.7
     "82e25af5d5a9c23c07c3fff9a7566a687d42ed2c": _COMMON | {
         "rabbitmq_consumers", "rabbitmq_process_max_tcp_sockets",
