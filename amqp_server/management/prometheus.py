@@ -344,8 +344,23 @@ _DEAD_LETTER_HELP = {
 }
 
 
+# The series RabbitMQ 3.10.8's exporter gives from its start, at 0 until a
+# death counts: rate() then sees a queue type's first deaths too.
+_CLASSIC, _QUORUM = "rabbit_classic_queue", "rabbit_quorum_queue"
+_DEAD_LETTER_SERIES = (
+    [(_QUORUM, strategy, "delivery_limit")
+     for strategy in ("at_least_once", "at_most_once", "disabled")]
+    + [(kind, strategy, reason) for reason in ("expired", "rejected")
+       for kind, strategy in ((_CLASSIC, "at_most_once"), (_CLASSIC, "disabled"),
+                              (_QUORUM, "at_least_once"), (_QUORUM, "at_most_once"),
+                              (_QUORUM, "disabled"))]
+    + [(kind, strategy, "maxlen") for kind in (_CLASSIC, _QUORUM)
+       for strategy in ("at_most_once", "disabled")])
+
+
 def _global_dead_letters(broker) -> list[Metric]:
-    deaths = Counter(broker.counters.retired_dead_lettered)
+    deaths = Counter(dict.fromkeys(_DEAD_LETTER_SERIES, 0))
+    deaths.update(broker.counters.retired_dead_lettered)
     for _, queue in _queues(broker):
         deaths.update(dead_letter_deaths(queue))
     metrics = []
