@@ -267,3 +267,37 @@ def test_a_get_names_its_keys_as_rabbitmq_requires_them(bases, names):
     assert ours["count not a number"] == (400, {"error": "bad_request",
                                                 "reason": ["not_integer", "x"]})
     assert len(ours["a negative count takes all"][1]) == 2 and ours["left"] == 2
+
+
+HEAD_KEYS = ("messages_ready", "messages_unacknowledged", "messages_ram",
+             "messages_ready_ram", "messages_unacknowledged_ram", "exclusive_consumer_tag")
+
+
+def memory_shown(base: str, url: str, made: dict) -> dict:
+    """A queue's memory and exclusive-consumer keys while an exclusive
+    consumer holds the first of two messages unacknowledged."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        for _ in range(2):
+            channel.basic_publish("", made["spare"], b"x")
+        channel.basic_qos(prefetch_count=1)
+        channel.basic_consume(made["spare"], lambda *args: None, consumer_tag="frd-excl",
+                              exclusive=True)
+        path = f"/api/queues/%2F/{made['spare']}"
+        # RabbitMQ's figures come with its statistics, every few seconds.
+        assert wait_for(lambda: call(base, "GET", path)[1].get("messages_unacknowledged") == 1
+                        and call(base, "GET", path)[1].get("messages_ready") == 1,
+                        seconds=30, step=lambda: conn.process_data_events(0.2)), \
+            f"{base} did not show the delivery in 30 s"
+        queue = call(base, "GET", path)[1]
+    finally:
+        conn.close()
+    return {key: queue.get(key, "missing") for key in HEAD_KEYS}
+
+
+def test_a_queues_memory_and_exclusive_consumer_keys_match_rabbitmq(bases, names):
+    theirs, ours = (memory_shown(*bases[side], names) for side in ("theirs", "ours"))
+    assert ours == theirs
+    assert theirs["exclusive_consumer_tag"] == "frd-excl" and theirs["messages_ram"] == 2

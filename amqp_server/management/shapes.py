@@ -53,11 +53,16 @@ def queue_json(queue) -> dict:
         # Held back by a redelivery delay (Artemis's scheduled count).
         "messages_delayed": queue.delayed_count,
         "message_bytes_ready": queue.ready_bytes,
-        # RabbitMQ's names for where ready messages are: memory or paged out.
-        "messages_ram": len(queue.ready),
+        # RabbitMQ's names for where messages are: memory or paged out
+        # (delivered ones are in memory).
+        "messages_ram": len(queue.ready) + queue.unacked,
+        "messages_ready_ram": len(queue.ready),
+        "messages_unacknowledged_ram": queue.unacked,
         "messages_paged_out": queue.paged_count,
         "message_bytes_paged_out": queue.paged_bytes,
         "consumers": len(queue.consumers),
+        "exclusive_consumer_tag": (queue.exclusive_consumer.tag
+                                   if queue.exclusive_consumer is not None else None),
         "single_active_consumer_tag": _single_active_tag(queue),
         "policy": policy.name if policy else None,
         "operator_policy": operator.name if operator else None,
