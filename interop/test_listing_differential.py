@@ -84,3 +84,21 @@ def test_columns_narrow_the_overview_to_the_same_keys(run):
     assert ours[0] == theirs[0] == 200
     assert list(ours[1]) == list(theirs[1]) == ["object_totals"]
     assert list(ours[1]["object_totals"]) == ["queues"]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/queues/%2F/{prefix}-a?columns=",
+    "/api/queues/%2F/{prefix}-a?columns=no_such_key",
+    "/api/queues/%2F?page=1&name={prefix}&sort=arguments&columns=name",
+    "/api/queues/%2F?page=1&name={prefix}&sort=arguments..x-max-length&columns=name",
+], ids=["empty columns", "unknown column", "sort by an object", "empty dotted segment"])
+def test_the_edges_of_columns_and_sort_alike(run, path):
+    theirs, ours = both(run, path)
+    assert ours == theirs
+
+
+def test_one_object_asked_with_a_page_keeps_every_key_alike(run):
+    # rabbit_mgmt_util:maybe_pagination/3 narrows only a page's items.
+    theirs, ours = both(run, "/api/queues/%2F/{prefix}-a?columns=name&page=1")
+    assert ours[0] == theirs[0] == 200
+    assert {"name", "arguments", "durable"} <= set(ours[1]) & set(theirs[1])

@@ -12,9 +12,10 @@ from amqp_server.broker.message import Entry, Message
 from amqp_server.broker.queue.arrivals import CAP, Arrivals
 from amqp_server.broker.queue.census import latest_reason_of_header, take_census
 from amqp_server.broker.queue.core import Queue
-from amqp_server.wire.properties import Properties, encode_properties
-from amqp_server.wire.table import FieldTable
+from amqp_server.wire.properties import Properties, decode_properties, encode_properties
+from amqp_server.wire.table import FieldTable, Timestamp
 from dlx.alerts import GROWING, RATE_SPIKE, STUCK, TOO_OLD, Sample, Thresholds, firing
+from dlx.deaths import history_from_headers
 
 LOW = Thresholds(growth=10, growth_window=60, max_age=100, rate=1.0, rate_window=60,
                  held_for=120)
@@ -152,6 +153,19 @@ def test_a_burst_into_a_quiet_dead_letter_queue_fires_as_the_rules_do():
                                "alerts": [GROWING, RATE_SPIKE]}]
 
 
+def test_a_burst_into_a_queue_of_plain_messages_fires_too():
+    watch = DeadLetterWatch(LOW, interval=60.0)
+    dlq = Queue("/", "dlq")
+    dlq.enqueue(Message.to("", "dlq", _header(), b"plain"))
+    vhosts = [_Vhost(dlq)]
+    for now in (0.0, 60.0, 120.0):
+        watch.sample(vhosts, now)
+    _burst(dlq, 100)
+    watch.sample(vhosts, 135.0)
+    assert watch.alerts() == [{"vhost": "/", "queue": "dlq",
+                               "alerts": [GROWING, RATE_SPIKE]}]
+
+
 def test_dead_letters_there_at_the_first_round_stand_for_no_growth():
     # After a restart the queue holds what it held: Prometheus saw it
     # before and after, no growth.
@@ -165,13 +179,43 @@ def test_dead_letters_there_at_the_first_round_stand_for_no_growth():
     assert watch.alerts() == []
 
 
-@given(st.lists(st.sampled_from(["rejected", "expired", "maxlen", "delivery_limit", "é"]),
-                min_size=1, max_size=3),
-       st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=3))
+_FIELDS = {"count": 1, "reason": "rejected", "queue": "q", "time": Timestamp(1),
+           "exchange": "x", "routing-keys": ["k"]}
+# Ways an x-death entry can be what decoding drops: a field missing, of the
+# wrong type, or an unknown reason.
+_SPOILED = st.sampled_from([None, "no count", "no exchange", "no routing-keys",
+                            "count is a string", "time is a bool", "keys not a list"])
+
+
+@st.composite
+def _deaths(draw):
+    entries = []
+    for _ in range(draw(st.integers(1, 3))):
+        entry = dict(_FIELDS, reason=draw(st.sampled_from(
+            ["rejected", "expired", "maxlen", "delivery_limit", "unknown", "é"])))
+        spoiled = draw(_SPOILED)
+        if spoiled is not None and spoiled.startswith("no "):
+            del entry[spoiled[3:]]
+        elif spoiled == "count is a string":
+            entry["count"] = "1"
+        elif spoiled == "time is a bool":
+            entry["time"] = True
+        elif spoiled == "keys not a list":
+            entry["routing-keys"] = "k"
+        entries.append(FieldTable(entry))
+    return entries
+
+
+@given(_deaths(), st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8),
+                                  max_size=3),
+       st.booleans())
 def test_a_paged_dead_letters_reason_is_read_from_its_bytes_as_decoding_finds_it(
-        reasons, others):
-    deaths = [FieldTable({"count": 1, "reason": reason, "queue": "q", "time": 1})
-              for reason in reasons]
-    header = _header(FieldTable({**others, "x-death": deaths}))
-    assert latest_reason_of_header(header) == reasons[0]
-    assert latest_reason_of_header(_header(FieldTable(others))) is None
+        deaths, others, nested):
+    # The paged tail and the census in memory must count a message alike.
+    headers = FieldTable({**others, "x-death": deaths})
+    if nested:  # an x-death a client put inside another header: not a history
+        headers = FieldTable({**others, "wrapper": FieldTable({"x-death": deaths})})
+    header = _header(headers)
+    decoded = history_from_headers(decode_properties(header[12:]).headers)
+    assert latest_reason_of_header(header) == (
+        decoded.deaths[0].reason if decoded.deaths else None)

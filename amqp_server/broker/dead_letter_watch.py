@@ -6,8 +6,8 @@ and the alert conditions of docs/prometheus/dead-letter-alerts.yml are
 evaluated on its samples by `dlx.alerts.firing`, so the web console names
 the queues whose alerts fire with or without a Prometheus server.
 
-A queue with nothing to look at is not sampled, only noted as quiet
-since then; its first sample comes with zero samples standing for that
+A queue with no dead letter to look at is not sampled, only noted as
+quiet since then; its first sample comes with zero samples standing for that
 quiet time (where each alert's window looks back, and the last round),
 so a burst into a dead letter queue that was empty fires as the rules do
 on the zeros Prometheus scraped meanwhile."""
@@ -62,18 +62,20 @@ class DeadLetterWatch:
         for vhost in vhosts:
             for queue in vhost.queues.values():
                 arrived = queue.stats["dead_letters_received"]
+                key = (vhost.name, queue.name)
                 if not (arrived or queue.ready or queue.pager.count or queue.held_count):
-                    if (vhost.name, queue.name) not in samples:
+                    if key not in samples:
                         # Nothing to look at: an empty queue that never saw any.
                         if queue.quiet_since is None:
                             queue.quiet_since = now
                         continue
-                key = (vhost.name, queue.name)
                 received = sum(arrived.values())
                 held = queue.held_count
                 census = queue.dead_letter_census()
                 waiting = sum(census.waiting.values())
                 if not (waiting or received or held) and key not in samples:
+                    if queue.quiet_since is None:  # messages, none of them dead letters
+                        queue.quiet_since = now
                     continue
                 seen.add(key)
                 age = (max(0.0, now - census.oldest_death)

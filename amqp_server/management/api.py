@@ -194,7 +194,11 @@ def _with_columns(request: web.Request, response: web.StreamResponse) -> web.Str
             or not isinstance(response.body, bytes)):
         return response
     body = json.loads(response.body)
-    if isinstance(body, dict) and "page" in request.query and "page_count" in body:
+    if "page" in request.query and not isinstance(body, list):
+        # With a page asked, a page narrows its items and one object is
+        # left as it is (rabbit_mgmt_util:maybe_pagination/3).
+        if not (isinstance(body, dict) and "page_count" in body):
+            return response
         body["items"] = listing.with_columns(body["items"], columns)
     else:
         body = listing.with_columns(body, columns)

@@ -9,7 +9,6 @@ Pure functions of the query's values and the items as JSON-ready dicts.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ def page_asked(query: Mapping[str, str]) -> Page | None:
 
 def _dotted(item: Any, path: str) -> Any:
     """get_dotted_value/2: what is missing is 0 (before everything else)."""
-    for key in path.split("."):
+    for key in filter(None, path.split(".")):
         if not isinstance(item, dict) or key not in item:
             return 0
         item = item[key]
@@ -77,8 +76,10 @@ def _erlang_order(value: Any) -> tuple:
         return (1, "null" if value is None else str(value).lower())
     if isinstance(value, (int, float)):
         return (0, value)
-    if isinstance(value, dict):
-        return (2, json.dumps(value, sort_keys=True))
+    if isinstance(value, dict):  # maps: by size, then keys, then values in key order
+        keys = sorted(value, key=_erlang_order)
+        return (2, len(value), tuple(_erlang_order(key) for key in keys),
+                tuple(_erlang_order(value[key]) for key in keys))
     if isinstance(value, list):
         return (3, tuple(_erlang_order(element) for element in value))
     return (4, str(value).encode("utf-8", "surrogateescape"))
@@ -134,12 +135,21 @@ def columns_asked(query: Mapping[str, str]) -> list[list[str]] | None:
 
 
 def with_columns(value: Any, columns: list[list[str]] | None) -> Any:
-    """extract_column_items/2: an object keeps the keys a column names,
-    each narrowed by the rest of its paths; a list, each of its items."""
+    """extract_column_items/2 on an answer (an object, or a list of them):
+    an object keeps the keys a column names, each narrowed by the rest of
+    its paths.  An answer's object left with no key is `[]`, as RabbitMQ
+    encodes an empty property list."""
+    if isinstance(value, list):
+        return [with_columns(element, columns) for element in value]
+    narrowed = _narrowed(value, columns)
+    return [] if narrowed == {} else narrowed
+
+
+def _narrowed(value: Any, columns: list[list[str]] | None) -> Any:
     if columns is None:
         return value
     if isinstance(value, list):
-        return [with_columns(element, columns) for element in value]
+        return [_narrowed(element, columns) for element in value]
     if not isinstance(value, dict):
         return value
     kept = {}
@@ -147,5 +157,5 @@ def with_columns(value: Any, columns: list[list[str]] | None) -> Any:
         deeper = [path[1:] for path in columns if path[0] == key]
         if not deeper:
             continue
-        kept[key] = with_columns(inner, None if [] in deeper else deeper)
+        kept[key] = _narrowed(inner, None if [] in deeper else deeper)
     return kept

@@ -53,17 +53,13 @@ def queue_json(queue) -> dict:
         # Held back by a redelivery delay (Artemis's scheduled count).
         "messages_delayed": queue.delayed_count,
         "message_bytes_ready": queue.ready_bytes,
-        # RabbitMQ's names for where messages are: memory or paged out
-        # (delivered ones are in memory).
-        "messages_ram": len(queue.ready) + queue.unacked,
-        "messages_ready_ram": len(queue.ready),
-        "messages_unacknowledged_ram": queue.unacked,
+        # RabbitMQ's names for where ready messages are: memory or paged out.
+        "messages_ram": len(queue.ready),
         "messages_paged_out": queue.paged_count,
         "message_bytes_paged_out": queue.paged_bytes,
         "consumers": len(queue.consumers),
-        "exclusive_consumer_tag": (queue.exclusive_consumer.tag
-                                   if queue.exclusive_consumer is not None else None),
         "single_active_consumer_tag": _single_active_tag(queue),
+        **(_classic_fields(queue) if queue.settings.queue_type == "classic" else {}),
         "policy": policy.name if policy else None,
         "operator_policy": operator.name if operator else None,
         "effective_policy_definition": effective,
@@ -102,6 +98,16 @@ def stream_fields(queue) -> dict:
             "consumer_offsets": queue.consumer_offsets(),
         },
     }
+
+
+def _classic_fields(queue) -> dict:
+    """What RabbitMQ 3.10 shows of a classic queue only: its messages in
+    memory, delivered ones included, and its exclusive consumer."""
+    return {"messages_ram": len(queue.ready) + queue.unacked,
+            "messages_ready_ram": len(queue.ready),
+            "messages_unacknowledged_ram": queue.unacked,
+            "exclusive_consumer_tag": (queue.exclusive_consumer.tag
+                                       if queue.exclusive_consumer is not None else None)}
 
 
 def _single_active_tag(queue) -> str | None:

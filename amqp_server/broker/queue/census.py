@@ -23,9 +23,10 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dlx.deaths import history_from_headers
+from dlx.deaths import REASONS, history_from_headers
 
-from ...wire.properties import decode_properties
+from ...wire.properties import decode_properties, locate
+from ...wire.table import array_items, table_entries
 from ..message import HEADER_PREFIX
 
 SCAN_LIMIT = 100_000
@@ -39,35 +40,72 @@ class Census:
     complete: bool = True  # every ready message was looked at
 
 
-# The x-death key with its array type, and the reason key with its longstr
-# type, as a field table encodes them.
-_DEATHS_KEY = b"\x07x-deathA"
-_REASON_KEY = b"\x06reasonS"
-_U32 = struct.Struct(">I")
+# What dlx.deaths takes as a death: a table holding these, `routing-keys`
+# an array, `count` and `time` integers, `reason` text naming a reason.
+_DEATH_KEYS = (b"queue", b"reason", b"exchange", b"routing-keys", b"count", b"time")
+_INTEGER_TAGS = frozenset(b"bBsuIilLT")
+_TEXT_TAGS = frozenset(b"Sx")
+_TABLE, _ARRAY = 0x46, 0x41
+
+
+def latest_reason(message) -> str | None:
+    """The reason of the message's latest death, as history_of finds it,
+    without decoding what history_of already holds."""
+    history = message.history
+    if history is not None:
+        return history.deaths[0].reason if history.deaths else None
+    return latest_reason_of_header(message.header)
 
 
 def latest_reason_of_header(header: bytes) -> str | None:
-    """The reason of the latest death a stored content header records, or
-    None (no history, or one that cannot be read).  Read straight from the
-    bytes: x-death[0]'s `reason` is the first reason key after the x-death
-    key (a recovered queue's paged tail may hold millions of dead letters;
-    decoding each header took 32 µs)."""
-    at = header.find(_DEATHS_KEY)
-    if at < 0:
-        return None if header.find(_MARK) < 0 else _decoded_reason(header)
-    at = header.find(_REASON_KEY, at)
-    if at < 0 or at + 12 > len(header):
-        return _decoded_reason(header)
-    (size,) = _U32.unpack_from(header, at + 8)
-    return header[at + 12:at + 12 + size].decode("utf-8", "replace")
-
-
-def _decoded_reason(header: bytes) -> str | None:
+    """The reason of the latest death a stored content header records, as
+    history_of finds it, or None.  Read in place (a recovered queue's
+    paged tail may hold millions of dead letters, and decoding a header
+    takes tens of µs), with decoding's checks: a message counts alike
+    paged and in memory."""
+    if header.find(_MARK) < 0:
+        return None
     try:
-        history = history_from_headers(decode_properties(header[HEADER_PREFIX:]).headers)
+        layout = locate(header, HEADER_PREFIX)
+        if layout is None:  # continuation flags, which no client sends
+            history = history_from_headers(decode_properties(header[HEADER_PREFIX:]).headers)
+            return history.deaths[0].reason if history.deaths else None
+        start, end = layout[1], layout[2]
+        if end <= start:
+            return None
+        # A stored header was checked when it was published (or built by
+        # the broker), and its record's checksum when it was read back:
+        # walked by its lengths alone.
+        deaths = None
+        for key, tag, at, value_end in table_entries(header, start + 4, end, checked=True):
+            if key == _MARK:
+                deaths = (tag, at, value_end)  # the last of a repeated key, as decoded
+        if deaths is None or deaths[0] != _ARRAY:
+            return None
+        for tag, at, value_end in array_items(header, deaths[1] + 5, deaths[2], checked=True):
+            reason = _death_reason(header, at + 5, value_end) if tag == _TABLE else None
+            if reason is not None:
+                return reason  # the first entry dlx.deaths keeps
+        return None
     except (ValueError, IndexError, struct.error):
         return None
-    return history.deaths[0].reason if history.deaths else None
+
+
+def _death_reason(header: bytes, start: int, end: int) -> str | None:
+    """The reason of an x-death entry (the table body header[start:end])
+    that dlx.deaths takes as a death, else None."""
+    found = {key: (tag, at, value_end)
+             for key, tag, at, value_end in table_entries(header, start, end, checked=True)}
+    if any(key not in found for key in _DEATH_KEYS):
+        return None
+    if (found[b"routing-keys"][0] != _ARRAY or found[b"count"][0] not in _INTEGER_TAGS
+            or found[b"time"][0] not in _INTEGER_TAGS):
+        return None
+    tag, at, value_end = found[b"reason"]
+    if tag not in _TEXT_TAGS:
+        return None
+    reason = bytes(header[at + 5:value_end]).decode("utf-8", "replace")
+    return reason if reason in REASONS else None
 
 
 def history_of(message):

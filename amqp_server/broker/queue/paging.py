@@ -42,12 +42,17 @@ wiped at start, never replicated), the lanes and the paged counts."""
 
 from __future__ import annotations
 
+import re
 import sys
-from collections import Counter
+from collections import Counter, deque
 
 from ...wire.frames import shortstr
 from ..message import Entry, Message
-from .census import latest_reason_of_header
+from .census import latest_reason, latest_reason_of_header
+
+# Where a stored record mentions x-death at all (searched in place: the
+# record is a view into the segment just read).
+_MARK = re.compile(re.escape(b"x-death"))
 
 # A lazy queue (x-queue-mode: lazy) keeps only this much in memory, for
 # every message, transient ones included.
@@ -72,14 +77,18 @@ def in_memory_cap(settings) -> tuple[int, int]:
 class Lane:
     """Paged messages read back in order.  Every entry in the page file has
     a seq of at least `first_seq`, and no entry of the lane out of it
-    (ready, delayed or delivered) has one that high."""
+    (ready, delayed or delivered) has one that high.  `reasons`: the
+    latest death's reason of each (None: not a dead letter), in the same
+    order, as runs of [reason, how many]: a page file is read back in the
+    order it was written, so reading one back needs no decoding."""
 
-    __slots__ = ("count", "first_seq", "pages")
+    __slots__ = ("count", "first_seq", "pages", "reasons")
 
     def __init__(self) -> None:
         self.pages = None
         self.count = 0
         self.first_seq = 0
+        self.reasons: deque[list] = deque()
 
 
 class PagedRef:
@@ -189,9 +198,8 @@ class Pager:
              list(message.bcc) or None, entry.deadline]])
         self._track(lane, entry.seq, 1, len(message.body),
                     () if entry.segment is None else (entry.segment,))
-        reason = latest_reason_of_header(message.header)
-        if reason is not None:
-            self.dead_letters[reason] += 1
+        self._note_reason(lane, latest_reason(message) if message.history is not None
+                          or b"x-death" in message.header else None)
 
     def page_stored(self, index: int, items: list) -> int:
         """Recovery: stored messages (storage.message_store.StoredEntry, in
@@ -204,12 +212,10 @@ class Pager:
              item.payload) for item in items)
         size = sum(item.body_size for item in items)
         self._track(lane, items[0].seq, len(items), size, (item.segment for item in items))
-        dead_letters = self.dead_letters
         for item in items:
-            if b"x-death" in bytes(item.payload):  # only those are decoded
-                reason = latest_reason_of_header(item.record()[6])  # its content header
-                if reason is not None:
-                    dead_letters[reason] += 1
+            # Only a record holding the word is decoded, its content header read.
+            self._note_reason(lane, latest_reason_of_header(item.record()[6])
+                              if _MARK.search(item.payload) else None)
         return size
 
     def _track(self, lane: Lane, first_seq: int, count: int, size: int, segments) -> None:
@@ -244,9 +250,7 @@ class Pager:
                                   tuple(keys) if keys else shared[1])
                 if bcc:
                     message.bcc = tuple(bcc)
-                reason = latest_reason_of_header(header)
-                if reason is not None:
-                    self._unpage_dead_letter(reason)
+                self._take_reason(lane)
                 entry = Entry(seq, message)
                 entry.redelivered = redelivered
                 entry.deadline = deadline
@@ -267,12 +271,31 @@ class Pager:
             self.drop()
         return entries
 
-    def _unpage_dead_letter(self, reason: str) -> None:
-        dead_letters = self.dead_letters
-        if dead_letters[reason] > 1:
-            dead_letters[reason] -= 1
+    def _note_reason(self, lane: Lane, reason: str | None) -> None:
+        runs = lane.reasons
+        if runs and runs[-1][0] == reason:
+            runs[-1][1] += 1
         else:
-            dead_letters.pop(reason, None)
+            runs.append([reason, 1])
+        if reason is not None:
+            self.dead_letters[reason] += 1
+
+    def _take_reason(self, lane: Lane) -> None:
+        """The lane's next paged message was read back."""
+        runs = lane.reasons
+        if not runs:
+            return
+        run = runs[0]
+        run[1] -= 1
+        if not run[1]:
+            runs.popleft()
+        reason = run[0]
+        if reason is not None:
+            dead_letters = self.dead_letters
+            if dead_letters[reason] > 1:
+                dead_letters[reason] -= 1
+            else:
+                dead_letters.pop(reason, None)
 
     def paged_refs(self):
         """What a purge tells the store: a FIFO queue's paged entries are
@@ -294,6 +317,7 @@ class Pager:
             if lane.pages is not None:
                 lane.pages.clear()
             lane.count = 0
+            lane.reasons.clear()
         self.count = self.bytes = 0
         self.segments.clear()
         self.dead_letters.clear()
