@@ -286,12 +286,19 @@ def memory_shown(base: str, url: str, made: dict) -> dict:
         channel.basic_consume(made["spare"], lambda *args: None, consumer_tag="frd-excl",
                               exclusive=True)
         path = f"/api/queues/%2F/{made['spare']}"
-        # RabbitMQ's figures come with its statistics, every few seconds.
-        assert wait_for(lambda: call(base, "GET", path)[1].get("messages_unacknowledged") == 1
-                        and call(base, "GET", path)[1].get("messages_ready") == 1,
-                        seconds=30, step=lambda: conn.process_data_events(0.2)), \
-            f"{base} did not show the delivery in 30 s"
-        queue = call(base, "GET", path)[1]
+        shown: dict = {}
+
+        def settled() -> bool:
+            # RabbitMQ's figures come with its statistics, every few
+            # seconds, each kind in its own emission: one answer that has
+            # them all.
+            shown.clear()
+            shown.update(call(base, "GET", path)[1])
+            return (shown.get("messages_unacknowledged") == 1
+                    and shown.get("messages_ready") == 1 and shown.get("messages_ram") == 2)
+        assert wait_for(settled, seconds=60, step=lambda: conn.process_data_events(0.2)), \
+            f"{base} did not show the delivery in 60 s: {shown}"
+        queue = shown
     finally:
         conn.close()
     return {key: queue.get(key, "missing") for key in HEAD_KEYS}
