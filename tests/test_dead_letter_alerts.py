@@ -10,8 +10,13 @@ from hypothesis import given, strategies as st
 from amqp_server.broker.dead_letter_watch import DeadLetterWatch
 from amqp_server.broker.message import Entry, Message
 from amqp_server.broker.queue.arrivals import CAP, Arrivals
-from amqp_server.broker.queue.census import latest_reason_of_header, take_census
+from amqp_server.broker.queue.census import (
+    latest_reason_of_header,
+    recovered_reasons,
+    take_census,
+)
 from amqp_server.broker.queue.core import Queue
+from amqp_server.storage import records as records_module
 from amqp_server.wire.properties import Properties, decode_properties, encode_properties
 from amqp_server.wire.table import FieldTable, Timestamp
 from dlx.alerts import GROWING, RATE_SPIKE, STUCK, TOO_OLD, Sample, Thresholds, firing
@@ -219,3 +224,21 @@ def test_a_paged_dead_letters_reason_is_read_from_its_bytes_as_decoding_finds_it
     decoded = history_from_headers(decode_properties(header[12:]).headers)
     assert latest_reason_of_header(header) == (
         decoded.deaths[0].reason if decoded.deaths else None)
+
+
+@given(st.lists(_deaths(), min_size=1, max_size=4),
+       st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=3))
+def test_recovery_reads_each_stored_records_reason_as_decoding_finds_it(histories, others):
+    # Records as the store keeps them; the same x-death array twice is
+    # read once, and a record of another shape is decoded.
+    headers = [_header(FieldTable({**others, "x-death": deaths})) for deaths in histories]
+    headers += [headers[0], _header(FieldTable(others)),
+                _header(FieldTable({"x-death": FieldTable({"reason": "expired"})}))]
+    records = [records_module.packer().pack(["E", "/", "q", n, "", "q", header, b"body", None,
+                                             None, None]) for n, header in enumerate(headers)]
+    expected = []
+    for header in headers:
+        decoded = history_from_headers(decode_properties(header[12:]).headers)
+        expected.append(decoded.deaths[0].reason if decoded.deaths else None)
+    assert recovered_reasons([memoryview(r) for r in records],
+                             lambda index: headers[index]) == expected

@@ -226,10 +226,11 @@ def check_table_body(data: bytes, offset: int, end: int) -> None:
         offset = _skip_value(data, offset + 1 + data[offset], end)
 
 
-def _checked_value_end(data: bytes, offset: int, end: int) -> int:
-    """Where a value ends that _skip_value already checked: lengths only."""
-    tag = data[offset]
-    size = _SIZE_AFTER_TAG.get(tag)
+def value_end(data, offset: int, end: int | None = None) -> int:
+    """Where the value at `offset` (its type tag) ends, by its lengths
+    alone: for data already checked (a stored header), where _skip_value's
+    checks would be spent again."""
+    size = _SIZE_AFTER_TAG.get(data[offset])
     if size is None:
         size = 4 + _U32.unpack_from(data, offset + 1)[0]
     return offset + 1 + size
@@ -240,22 +241,12 @@ def table_entries(data: bytes, offset: int, end: int, checked: bool = False):
     body data[offset:end], not decoded; its values checked as the decoder
     would check them unless `checked` says they were (a table inside one
     whose entries were walked so)."""
-    value_end_of = _checked_value_end if checked else _skip_value
+    end_of = value_end if checked else _skip_value
     while offset < end:
         key_end = offset + 1 + data[offset]
-        value_end = value_end_of(data, key_end, end)
-        yield bytes(data[offset + 1:key_end]), data[key_end], key_end, value_end
-        offset = value_end
-
-
-def array_items(data: bytes, offset: int, end: int, checked: bool = False):
-    """(type tag, value offset, value end) of each item of the array body
-    data[offset:end], not decoded; checked unless `checked` says it was."""
-    value_end_of = _checked_value_end if checked else _skip_value
-    while offset < end:
-        value_end = value_end_of(data, offset, end)
-        yield data[offset], offset, value_end
-        offset = value_end
+        after = end_of(data, key_end, end)
+        yield bytes(data[offset + 1:key_end]), data[key_end], key_end, after
+        offset = after
 
 
 def split_table(data: bytes, offset: int, end: int,

@@ -42,17 +42,12 @@ wiped at start, never replicated), the lanes and the paged counts."""
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter, deque
 
 from ...wire.frames import shortstr
 from ..message import Entry, Message
-from .census import latest_reason, latest_reason_of_header
-
-# Where a stored record mentions x-death at all (searched in place: the
-# record is a view into the segment just read).
-_MARK = re.compile(re.escape(b"x-death"))
+from .census import latest_reason, recovered_reasons
 
 # A lazy queue (x-queue-mode: lazy) keeps only this much in memory, for
 # every message, transient ones included.
@@ -212,10 +207,9 @@ class Pager:
              item.payload) for item in items)
         size = sum(item.body_size for item in items)
         self._track(lane, items[0].seq, len(items), size, (item.segment for item in items))
-        for item in items:
-            # Only a record holding the word is decoded, its content header read.
-            self._note_reason(lane, latest_reason_of_header(item.record()[6])
-                              if _MARK.search(item.payload) else None)
+        for reason in recovered_reasons([item.payload for item in items],
+                                        lambda index: items[index].record()[6]):
+            self._note_reason(lane, reason)
         return size
 
     def _track(self, lane: Lane, first_seq: int, count: int, size: int, segments) -> None:
