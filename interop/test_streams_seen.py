@@ -238,3 +238,25 @@ def test_a_dead_letter_routed_into_a_stream_is_in_the_dead_letter_log(broker):
     [event] = [e for e in read_events(broker, 1) if e["queue"] == source]
     assert (event["outcome"], event["reason"], event["target_queues"], event["message_id"]) \
         == ("dead_lettered", "rejected", [target], "m-9")
+
+
+def test_a_page_from_a_moment_passes_over_thousands_of_older_messages(broker):
+    # A read passes over at most 4,096 older messages: the page once ended
+    # there, empty, its next offset amid the older ones.
+    name = unique()
+    declare(broker.url, name)
+    conn = connect(broker.url)
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for i in range(5000):
+        channel.basic_publish("", name, b"old %d" % i)
+    time.sleep(1.05 - (time.time() % 1))  # the next whole second: every old one is before it
+    moment = int(time.time())
+    for i in range(3):
+        channel.basic_publish("", name, b"new %d" % i)
+    conn.close()
+    path = f"/api/queues/%2F/{urllib.parse.quote(name, safe='')}/messages"
+    status, page = http(broker, "GET", f"{path}?timestamp={moment}")
+    assert status == 200
+    assert [m["seq"] for m in page["messages"]] == [5000, 5001, 5002]
+    assert page["next_offset"] == 5003

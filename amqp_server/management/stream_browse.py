@@ -30,6 +30,10 @@ from ..wire.properties import decode_properties
 from .workbench import message_json
 
 SCAN_MAX = 10_000  # messages read for one page, at most
+# A page from a moment first passes over the older messages of the segment
+# it starts in, a reader's SCAN_LIMIT (4,096) a read: at most this many
+# such reads (about a million messages) for one page.
+PASS_OVER_READS = 256
 
 
 def _peeked(item) -> PeekedMessage:
@@ -53,11 +57,15 @@ def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
             reader = log.reader(log.first_at_or_after(timestamp * 1000.0), timestamp * 1000.0)
         else:
             reader = log.reader(max(offset, log.first_offset))
+        passed_over = 0
         try:
             while len(found) < limit and scanned < SCAN_MAX:
                 items = reader.read(min(limit - len(found), SCAN_MAX - scanned) if wanted.empty
                                     else min(256, SCAN_MAX - scanned))
                 if not items:
+                    if reader.more and passed_over < PASS_OVER_READS:
+                        passed_over += 1  # older than the moment: on past them
+                        continue
                     break
                 scanned += len(items)
                 for item in items:
