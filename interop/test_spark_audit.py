@@ -609,6 +609,43 @@ def test_the_audit_reads_what_retention_archived_as_it_is_and_counts_it_apart(sp
     assert (again["events"], again["archived"]) == (2, 2)
 
 
+def _archive_three_alike(data_dir) -> None:
+    """Three dead letters with one body and no message id, archived by
+    retention in one batch (which gives them one time)."""
+    config = BrokerConfig(port=0, management_port=0, node_name="broker-r")
+    with BrokerThread(config, data_dir=str(data_dir)) as broker:
+        with pika_channel(broker.url) as channel:
+            channel.exchange_declare("r.dlx", "fanout")
+            channel.queue_declare("r.dlq", durable=True,
+                                  arguments={"x-dead-letter-retention": 300})
+            channel.queue_bind("r.dlq", "r.dlx")
+            channel.queue_declare("r.work", arguments={"x-dead-letter-exchange": "r.dlx"})
+            for _ in range(3):
+                publish(channel, "r.work", '{"ping": 1}', delivery_mode=2)
+            reject_all(channel, "r.work", 3)
+            assert wait_for(lambda: broker.call(
+                lambda: broker.broker.archiver.archived) == 3, 15)
+
+
+def test_archived_dead_letters_alike_count_once_each(spark, tmp_path):
+    # They were counted as one: their records and the log's lines share
+    # queue, time, message id (none) and body.
+    data_dir = tmp_path / "broker-r"
+    _archive_three_alike(data_dir)
+    summary = audit(spark, data_dir, tmp_path / "out")
+    assert (summary["events"], summary["archived"]) == (3, 3)
+
+
+def test_a_damaged_archive_file_is_skipped_and_the_audit_goes_on(spark, tmp_path):
+    data_dir = tmp_path / "broker-r"
+    _archive_three_alike(data_dir)
+    (good,) = (data_dir / "dead-letter-archive").glob("node=*/day=*/archive-*.parquet")
+    damaged = good.parent / "archive-20000101T000000-1-1.parquet"
+    damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    summary = audit(spark, data_dir, tmp_path / "out")
+    assert (summary["events"], summary["archived"]) == (3, 3)
+
+
 def test_an_archive_file_read_by_spark_holds_body_properties_and_whole_death_history(
         spark, tmp_path):
     """A message rejected twice, then retained: its archive file, read by

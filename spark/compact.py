@@ -63,7 +63,10 @@ def read_json(spark: SparkSession, source: LogSource, files: list[str]) -> DataF
 def read_archive(spark: SparkSession, source: LogSource) -> DataFrame:
     """One broker's archive files (Parquet: the event's fields and the
     content header, which this schema leaves out) as events."""
-    events = spark.read.schema(EVENT_SCHEMA).parquet(*source.archived)
+    # A file damaged after it was written is skipped, as the broker's own
+    # reader skips it (storage/archive_parquet.py) and the log's a broken line.
+    events = (spark.read.schema(EVENT_SCHEMA).option("ignoreCorruptFiles", "true")
+              .parquet(*source.archived))
     return with_derived(events.withColumn("node", F.coalesce(F.col("node"),
                                                              F.lit(source.name))))
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from . import checkpoint, fact_tables, report, tables
 from .buckets import bucket_unit
@@ -32,6 +32,29 @@ ORDER = ("over_time", "by_node", "by_queue_reason", "by_exchange", "top_poison",
 
 class UsageError(Exception):
     """Options that do not go together; the message says what to give."""
+
+
+# The archive's own records have event ids of the archiver's ("<id>-a<n>");
+# the log's lines of the same removals, the log's ("<id>-<n>").
+_ARCHIVE_ID = "-a[0-9]+$"
+_ARCHIVED_KEY = ["vhost", "queue", "time", "message_id", "body_sha256"]
+
+
+def count_archived(archived: DataFrame) -> int:
+    """Each message retention archived, once: copies of one record or line
+    (a follower's replicated archive and log) are one by their event id;
+    an archive record and the log's line of its removal share their head
+    (queue, time, message), and among alike messages archived together
+    (one batch shares a time) the archive's records and the log's lines
+    are counted by key, the larger of the two counts standing."""
+    with_ids = archived.where(F.col("event_id").isNotNull()).dropDuplicates(["event_id"])
+    once = with_ids.unionByName(archived.where(F.col("event_id").isNull()))
+    from_archive = F.col("event_id").rlike(_ARCHIVE_ID)
+    per_key = once.groupBy(*_ARCHIVED_KEY).agg(
+        F.sum(F.when(from_archive, 1).otherwise(0)).alias("records"),
+        F.sum(F.when(from_archive, 0).otherwise(1)).alias("lines"))
+    total = per_key.agg(F.sum(F.greatest("records", "lines"))).first()[0]
+    return int(total or 0)
 
 
 def find_sources(spark: SparkSession, specs: list[str],
@@ -101,11 +124,9 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     events = filters.apply(with_stream_dead_letters(
         spark, sources, read_events(spark, sources, parquet_dir, done, filters.partitions)))
     # Retention's archive records (and the log's lines of their removal)
-    # are no deaths: counted apart, once each (a record and its log line
-    # share their head: queue, time, message).
+    # are no deaths: counted apart (count_archived).
     is_archived = F.col("outcome").eqNullSafe(ARCHIVED)
-    archived = events.where(is_archived).dropDuplicates(
-        ["vhost", "queue", "time", "message_id", "body_sha256"])
+    archived = events.where(is_archived)
     prepared = tables.prepare(events.where(~is_archived))
     # One query fetches the facts and the tables that need the events; the
     # two caches are built on the way and shared by them.
@@ -121,7 +142,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     fetched.update(fact_tables.from_facts(fact_rows, split))
     totals = fact_tables.totals(fact_rows, split)
     summary = tables.summary(totals, repeats["repeats"], repeats["died_again_after_redrive"])
-    summary["archived"] = archived.count()
+    summary["archived"] = count_archived(archived)
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()
     repeated.unpersist()
