@@ -120,6 +120,18 @@ def test_dead_letters_only_a_stream_still_holds_are_counted_from_it(spark, strea
     assert node["node"] == "broker-s" and node["events"] == "7"
     drops = read_csv(tmp_path / "out" / "tables" / "drops.csv")
     assert drops == []
+    # Not said to have no dead letters: its streams hold them.
+    assert not any("no dead letters yet" in note for note in summary["notes"])
+
+
+def test_a_data_directory_named_with_a_globs_characters_has_its_streams_read(
+        spark, stream_data, tmp_path):
+    copy = tmp_path / "fleet" / "broker[s]"
+    shutil.copytree(stream_data, copy)
+    shutil.rmtree(copy / "dead-letters")
+    found = audit(spark, str(tmp_path / "fleet" / "broker*"), tmp_path / "out", "--no-compact")
+    named = audit(spark, str(copy), tmp_path / "out2", "--no-compact")
+    assert found["events"] == named["events"] == 7
 
 
 def test_a_log_missing_some_lines_is_completed_from_the_stream(spark, stream_data, tmp_path):

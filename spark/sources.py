@@ -26,6 +26,8 @@ LOG_SUFFIX = ".ndjson"
 # `archived`, partitioned node=/day=; each file written whole, then renamed
 # into place.  Already Parquet: read as it is, never compacted.
 ARCHIVE_DIR = "dead-letter-archive"
+# A stream's segments (stream_dead_letters.py reads the dead letters in them).
+STREAM_SEGMENTS = "streams/[0-9a-f]*/[0-9a-f]*/*.seg"
 ARCHIVE_PATTERN = "archive-*.parquet"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -70,7 +72,10 @@ def local_sources(specs: list[str]) -> tuple[list[LogSource], list[str]]:
     """The plain-path specs as sources, with a note for each log not there yet."""
     sources, notes = [], []
     for spec in specs:
-        matches = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
+        # A directory by that very name is taken as it is, though its name
+        # holds a glob's characters ("broker[1]").
+        matches = ([spec] if Path(spec).exists() or not glob.has_magic(spec)
+                   else sorted(glob.glob(spec)))
         matches = [m for m in matches if Path(m).exists()]
         if not matches:
             raise DataDirError(f"no such data directory: {spec}")
@@ -81,7 +86,7 @@ def local_sources(specs: list[str]) -> tuple[list[LogSource], list[str]]:
                                    "--data-dir)")
             files = sorted((path / LOG_DIR).glob(f"*{LOG_SUFFIX}"))
             archived = sorted((path / ARCHIVE_DIR).rglob(ARCHIVE_PATTERN), key=lambda f: f.name)
-            if not files and not archived:
+            if not files and not archived and not any(path.glob(STREAM_SEGMENTS)):
                 notes.append(no_log_note(str(path)))
             sources.append(LogSource(str(path), tuple(map(str, files)),
                                      tuple(f.stat().st_size for f in files),

@@ -41,7 +41,6 @@ log no longer holds, counts once too.
 
 from __future__ import annotations
 
-import glob
 import json
 from collections.abc import Iterable, Iterator
 from functools import reduce
@@ -55,14 +54,12 @@ from dlx.stream_copies import events_of_records
 
 from .derived import with_derived
 from .schema import EVENT_SCHEMA, EVENTS_SCHEMA
-from .sources import LogSource, is_uri
+from .sources import STREAM_SEGMENTS, LogSource, is_uri
 
-STREAMS_DIR = "streams"
 READ_CHUNK = 8 << 20  # bytes of a local segment decoded at a time
-SEGMENT_SUFFIX = ".seg"
 # Stream directories are hex-named; a deleted stream's files wait in
-# `.trash`, which this pattern (and the local glob) never matches.
-SEGMENTS = f"{STREAMS_DIR}/[0-9a-f]*/[0-9a-f]*/*{SEGMENT_SUFFIX}"
+# `.trash`, which this pattern never matches.
+SEGMENTS = STREAM_SEGMENTS
 DEAD_LETTERED = "dead_lettered"
 # What a stream's copy and the log's line of one death share (see above).
 KEY = ("vhost", "queue", "reason", "death_count", "death_time", "message_id", "body_sha256")
@@ -101,7 +98,8 @@ def _segments(spark: SparkSession, source: LogSource) -> Iterator[tuple[str, Ite
     A torn tail (the segment being written) is left out, as the broker's
     recovery would cut it off."""
     if not is_uri(source.data_dir):
-        for path in sorted(glob.glob(str(Path(source.data_dir) / SEGMENTS))):
+        # Path.glob: the directory's own name is no pattern ("broker[1]").
+        for path in sorted(str(found) for found in Path(source.data_dir).glob(SEGMENTS)):
             yield path, _file_records(path)
         return
     from pyspark.errors import AnalysisException
