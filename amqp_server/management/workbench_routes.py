@@ -210,8 +210,9 @@ async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web
     start = body.get("offset", 0)
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise BadRequest("offset must be a stream offset (an integer, 0 or more)")
-    if offsets is None and "filter" not in body:
-        raise BadRequest("name the messages: \"offsets\" or a \"filter\"")
+    if (offsets is None) == ("filter" not in body):
+        # Both would leave one unheeded (offsets are taken as named).
+        raise BadRequest("name the messages: exactly one of \"offsets\" or a \"filter\"")
     wanted = _filter(filter_body)
     try:
         picked = stream_browse.chosen(queue, body, wanted)
