@@ -109,8 +109,19 @@ def test_the_workbench_shows_the_archive_beside_the_queue_and_redrives_from_it(t
             console.until(lambda: console.css(
                 '#archived tbody tr[data-message-id="arch-1"] td.time')[1].text != "",
                 "the redrive is not shown")
+            # A second redrive of it is a choice: left out, and offered.
+            row = console.css('#archived tbody tr[data-message-id="arch-1"]')[0]
+            console.css("input.archive-pick", row)[0].click()
+            console.find("archive-redrive").click()
+            console.until(lambda: "1 left: redriven before" in console.text("archive-result"),
+                          "a second redrive was not held back")
+            assert console.find("archive-redrive-again").text == "Redrive that one again"
+            console.find("archive-redrive-again").click()
+            console.until(lambda: console.text("archive-result").startswith("1 redriven"),
+                          "the chosen second redrive did not happen")
         finally:
             driver.quit()
-        _, props, body = wait_get_noack(channel, "ar.work")
-        assert body == b"archived 1" and props.message_id == "arch-1"
+        for _ in range(2):  # the first redrive, then the one chosen again
+            _, props, body = wait_get_noack(channel, "ar.work")
+            assert body == b"archived 1" and props.message_id == "arch-1"
         conn.close()

@@ -873,6 +873,11 @@
     const archiveBody = el("tbody");
     const archiveCounts = el("p", {class: "muted", id: "archive-counts"});
     const archiveResult = el("p", {id: "archive-result"});
+    // Records a redrive left out as redriven before: a second redrive of
+    // them is a choice, this button, never an accident.
+    let archiveLeft = [];
+    const archiveAgain = el("button", {type: "button", id: "archive-redrive-again", hidden: true,
+      onclick: () => redriveArchived(archiveLeft, true)});
     const archiveTable = el("table", {id: "archived"}, el("thead", {}, el("tr", {},
       ...["", "Message id", "Reason", "Original queue", "Archived", "Redriven", "Bytes", "Body"]
         .map((title) => el("th", {text: title})))), archiveBody);
@@ -880,8 +885,8 @@
       el("h2", {text: "Archived by retention"}), archiveCounts,
       el("div", {class: "toolbar"},
         el("button", {type: "button", id: "archive-redrive", text: "Redrive selected to origin",
-          onclick: () => redriveArchived()})),
-      archiveResult, archiveTable);
+          onclick: () => redriveArchived([...archivePicked], false)})),
+      archiveResult, archiveAgain, archiveTable);
 
     root.append(el("p", {}, el("a", {href: "#/dead-letters", text: "Dead-letter queues"}), " / ",
       el("a", {href: queueHref({vhost, name: queue}), id: "workbench-queue",
@@ -912,12 +917,18 @@
         el("td", {}, clip((m.payload_text ?? "(binary)").slice(0, 200), "body")))));
     }
 
-    async function redriveArchived() {
-      if (!archivePicked.size) { showError(error, new Error("Select archived messages first.")); return; }
+    async function redriveArchived(ids, again) {
+      if (!ids.length) { showError(error, new Error("Select archived messages first.")); return; }
       try {
-        const result = await api("POST", `${base}/archive/redrive`, {event_ids: [...archivePicked], again: true});
+        const result = await api("POST", `${base}/archive/redrive`, {event_ids: ids, again});
+        // What the API left out without `again`: neither sent nor kept.
+        const done = new Set([...result.event_ids, ...result.kept.map((k) => k.event_id)]);
+        archiveLeft = ids.filter((id) => !done.has(id));
         archiveResult.textContent = `${result.redriven} redriven to origin` +
-          (result.kept.length ? `, ${result.kept.length} kept (${result.kept.map((k) => k.why).join(", ")})` : "");
+          (result.kept.length ? `, ${result.kept.length} kept (${result.kept.map((k) => k.why).join(", ")})` : "") +
+          (archiveLeft.length ? `, ${archiveLeft.length} left: redriven before` : "");
+        archiveAgain.textContent = `Redrive ${archiveLeft.length === 1 ? "that one" : `those ${archiveLeft.length}`} again`;
+        archiveAgain.hidden = archiveLeft.length === 0;
         archivePicked.clear();
         showError(error, null);
       } catch (exc) { showError(error, exc); }
