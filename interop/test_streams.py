@@ -407,3 +407,16 @@ def test_unacked_deliveries_are_given_back_when_the_channel_closes(broker):
     while queue.unacked and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (queue.unacked, queue.message_count, queue.readers) == (0, 5, {})
+
+
+def test_a_stream_name_too_long_for_its_logs_directory_is_refused_whole(broker):
+    # Named by the hex of the name: past 127 bytes the directory could not
+    # be made, and a queue without a log was left until the next restart.
+    name = "s" * 128
+    result = attempt(broker.url, lambda ch: ch.queue_declare(
+        name, durable=True, arguments={"x-queue-type": "stream"}))
+    assert result[:2] == ("error", 406)
+    assert "at most 127 bytes" in result[2]
+    assert attempt(broker.url, lambda ch: ch.queue_declare(name, passive=True))[:2] == (
+        "error", 404)
+    assert declare(broker.url, "s" * 127)[0] == "ok"

@@ -313,7 +313,7 @@ class VirtualHost:
                 if refused:
                     raise precondition_failed(f"invalid property '{prop}' for {what}")
         if queue_type == "stream":
-            check_stream_declare(arguments, what)
+            check_stream_declare(arguments, what, self.name, name)
         kind = StreamQueue if queue_type == "stream" else Queue
         queue = kind(self.name, name, durable and not exclusive,
                       owner if exclusive else None, auto_delete, arguments,
