@@ -13,7 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from .test_spark_audit import audit, pika_channel, publish, read_csv, reject_all, running_broker
+from policies import ctl
+
+from .test_spark_audit import (
+    audit,
+    logged_events,
+    pika_channel,
+    publish,
+    queue_depth,
+    read_csv,
+    reject_all,
+    running_broker,
+)
+from .waiting import wait_for
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -197,3 +209,32 @@ def test_through_spark_connect_the_streams_dead_letters_count_the_same(stream_da
     summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
     assert summary["events"] == 7 and summary["by_reason"] == BY_REASON
     assert per_queue(tmp_path / "remote") == EXPECTED_QUEUES
+
+
+def test_replay_candidates_a_stream_holds_are_redriven_from_the_file(spark, tmp_path):
+    # The replay file names the stream as their queue; amqpctl's redrive
+    # of it was refused (a stream took offsets or a filter only).
+    data_dir = tmp_path / "live"
+    with running_broker(data_dir, "live") as broker, pika_channel(broker.url) as ch:
+        ch.exchange_declare("dlx", "fanout", durable=True)
+        ch.queue_declare("dead.stream", durable=True, arguments=STREAM)
+        ch.queue_bind("dead.stream", "dlx")
+        ch.queue_declare("quotes", durable=True,
+                         arguments={"x-dead-letter-exchange": "dlx", "x-message-ttl": 10})
+        for n in range(2):
+            publish(ch, "quotes", f"late-{n}")
+        assert wait_for(lambda: logged_events(data_dir) == 2)
+        audit(spark, data_dir, tmp_path / "out", "--replay-candidates")
+        replay = tmp_path / "out" / "replay-candidates.ndjson"
+        lines = [json.loads(line) for line in replay.read_text().splitlines()]
+        assert {line["queue"] for line in lines} == {"dead.stream"} and len(lines) == 2
+        ch.queue_delete("quotes")  # back to a queue that keeps them
+        ch.queue_declare("quotes", durable=True)
+        code = ctl.main(["--port", str(broker.management_port), "redrive",
+                         "--from-file", str(replay)])
+        assert code == 0
+        assert wait_for(lambda: queue_depth(ch, "quotes") == 2)
+        # Again: both left as redriven before, none sent twice.
+        assert ctl.main(["--port", str(broker.management_port), "redrive",
+                         "--from-file", str(replay)]) == 0
+        assert queue_depth(ch, "quotes") == 2

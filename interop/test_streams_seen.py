@@ -184,11 +184,11 @@ def test_a_redrive_from_a_stream_copies_and_marks_what_it_sent_back(broker):
     status, forced = http(broker, "POST", f"{path}/redrive", {"offsets": [0], "again": True})
     assert forced["redriven"] == [0]
     status, refused = http(broker, "POST", f"{path}/redrive", {"seqs": [1]})  # a queue's
-    assert status == 400 and 'redriven by "offsets" or a "filter"' in str(refused)
+    assert status == 400 and 'redriven by "offsets", a "filter" or "messages"' in str(refused)
     # Offsets and a filter together: one would go unheeded.
     status, refused = http(broker, "POST", f"{path}/redrive",
                            {"offsets": [1], "filter": {"body": "poison"}})
-    assert status == 400 and 'exactly one of "offsets" or a "filter"' in str(refused)
+    assert status == 400 and 'exactly one of "offsets", a "filter" or "messages"' in str(refused)
     assert channel.queue_declare(source, passive=True).method.message_count == 2
     conn.close()
 

@@ -19,6 +19,7 @@ so that "all matching" is never silently "the first 10,000".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from hashlib import sha256
 
 from dlx.redrive import Filter, facts_of
 from dlx.text import as_optional_text
@@ -101,20 +102,24 @@ def page(vhost, queue, wanted: Filter, offset: int, limit: int, shown: int,
 @dataclass(frozen=True)
 class Chosen:
     """What a redrive names: the entries (offset, message as first
-    published) and the named offsets the stream does not hold.  A filter's
-    read also says where it stopped (`next_offset`: a redrive of the same
-    filter from there takes the rest) and whether the stream went on past
-    it (`more`: SCAN_MAX cut the range short); offsets named one by one
-    leave both None."""
+    published) and the named offsets the stream does not hold.  A read by
+    filter or by replay candidates also says where it stopped
+    (`next_offset`: a redrive of the same from there takes the rest) and
+    whether the stream went on past it (`more`: SCAN_MAX cut the range
+    short); offsets named one by one leave both None.  `found`: the replay
+    candidates this read found (message_id, body_sha256)."""
     entries: list
     missing: list[int]
     next_offset: int | None = None
     more: bool | None = None
+    found: list[dict] | None = None
 
 
 def chosen(queue, body: dict, wanted: Filter) -> Chosen:
     """The entries a redrive names: `offsets`, or those the filter takes
-    from `offset` on (at most SCAN_MAX read)."""
+    from `offset` on, or the audit's replay candidates (`messages`: each
+    message_id and body_sha256) found from `offset` on (at most SCAN_MAX
+    read either way)."""
     log = queue.log
     offsets = body.get("offsets")
     if offsets is not None:
@@ -129,6 +134,9 @@ def chosen(queue, body: dict, wanted: Filter) -> Chosen:
         # SCAN_MAX offsets of which the removed ones count.
         start = max(int(body.get("offset", 0)), log.first_offset)
         stop = start + SCAN_MAX
+    candidates = ({(named.get("message_id"), named.get("body_sha256"))
+                   for named in body["messages"]} if "messages" in body else None)
+    seen: set[tuple] = set()
     entries: list = []
     found: set[int] = set()
     reader = log.reader(max(start, log.first_offset))
@@ -143,9 +151,14 @@ def chosen(queue, body: dict, wanted: Filter) -> Chosen:
                 if wanted_offsets is not None and item.offset not in wanted_offsets:
                     continue
                 message = _original(item)
-                if wanted_offsets is None and not wanted.empty and not wanted.matches(
-                        facts_of(message.headers, as_optional_text(message.properties.message_id)),
-                        message.body):
+                message_id = as_optional_text(message.properties.message_id)
+                if candidates is not None:
+                    key = (message_id, sha256(message.body).hexdigest())
+                    if key not in candidates:
+                        continue
+                    seen.add(key)
+                elif wanted_offsets is None and not wanted.empty and not wanted.matches(
+                        facts_of(message.headers, message_id), message.body):
                     continue
                 found.add(item.offset)
                 entries.append(Entry(item.offset, message))
@@ -156,7 +169,10 @@ def chosen(queue, body: dict, wanted: Filter) -> Chosen:
         reader.close()
     if wanted_offsets is not None:
         return Chosen(entries, [offset for offset in wanted_offsets if offset not in found])
-    return Chosen(entries, [], next_offset=reached, more=reached < log.committed)
+    return Chosen(entries, [], next_offset=reached, more=reached < log.committed,
+                  found=None if candidates is None else [
+                      {"message_id": message_id, "body_sha256": digest}
+                      for message_id, digest in sorted(seen, key=str)])
 
 
 def _original(item) -> Message:

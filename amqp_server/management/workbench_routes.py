@@ -201,18 +201,23 @@ async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web
     if offsets is not None and (not isinstance(offsets, list) or not all(
             isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)):
         raise BadRequest("offsets must be a list of stream offsets")
-    if "seqs" in body or "messages" in body:
+    if "seqs" in body:
         # A queue's redrive is a task over its seqs; a stream's is done at
         # once, by offsets (as the console's stream view sends them): not
         # mixed up.
-        raise BadRequest("a stream is redriven by \"offsets\" or a \"filter\", at once "
-                         "(no task)")
+        raise BadRequest("a stream is redriven by \"offsets\", a \"filter\" or "
+                         "\"messages\", at once (no task)")
     start = body.get("offset", 0)
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise BadRequest("offset must be a stream offset (an integer, 0 or more)")
-    if (offsets is None) == ("filter" not in body):
-        # Both would leave one unheeded (offsets are taken as named).
-        raise BadRequest("name the messages: exactly one of \"offsets\" or a \"filter\"")
+    if sum(key in body for key in ("offsets", "filter", "messages")) != 1:
+        # Two would leave one unheeded (offsets are taken as named).
+        raise BadRequest("name the messages: exactly one of \"offsets\", a \"filter\" or "
+                         "\"messages\" (the audit's replay candidates)")
+    if "messages" in body and not (isinstance(body["messages"], list) and all(
+            isinstance(named, dict) and isinstance(named.get("body_sha256"), str)
+            for named in body["messages"])):
+        raise BadRequest("messages must be a list of message_id and body_sha256")
     wanted = _filter(filter_body)
     try:
         picked = stream_browse.chosen(queue, body, wanted)
@@ -222,8 +227,10 @@ async def _stream_redrive(request: web.Request, vhost, queue, body: dict) -> web
     result = await stream_browse.redrive(queue, target, picked.entries, body.get("again") is True)
     answer = {**result, "missing": picked.missing}
     if picked.next_offset is not None:
-        # A filter's read: where it stopped and whether the stream goes on.
+        # A read: where it stopped and whether the stream goes on.
         answer.update(next_offset=picked.next_offset, more=picked.more)
+    if picked.found is not None:
+        answer["found"] = picked.found
     return web.json_response(answer)
 
 

@@ -217,6 +217,9 @@ def _run(api: Api, args: argparse.Namespace, vhost: str, queue: str, action: str
         started = api.call("POST", f"{queue_path(vhost, queue)}/{action}", body)
     except CtlError as exc:
         raise not_found_as(api, vhost, exc, f"queue '{queue}' in vhost '{vhost}'") from None
+    if "task" not in started:  # a stream's: done at once (workbench_routes._stream_redrive)
+        _stream_redriven(api, args, vhost, queue, body, started)
+        return
     for missing in started.get("missing", []):
         say(args, f"not found in {queue}: message_id {missing['message_id']} "
                    f"body_sha256 {missing['body_sha256']}")
@@ -233,6 +236,45 @@ def _run(api: Api, args: argparse.Namespace, vhost: str, queue: str, action: str
     if task["failed"] or task["not_found"] or started.get("missing"):
         raise CtlError(f"{task['failed'] + task['not_found'] + len(started.get('missing', []))}"
                        f" of the chosen messages were not {_done_word(task['kind'])}",
+                       EX_DATAERR)
+
+
+# A stream's redrive reads at most 10,000 messages a request: a stream of
+# a billion is read through in these many requests at most.
+STREAM_READS = 100_000
+
+
+def _stream_redriven(api: Api, args: argparse.Namespace, vhost: str, queue: str,
+                     body: dict[str, Any], answer: dict[str, Any]) -> None:
+    """A stream's redrive of replay candidates, read on from where each
+    answer stopped (`next_offset`) while the stream goes on (`more`); the
+    candidates no read found are reported, as a queue's are."""
+    path = f"{queue_path(vhost, queue)}/redrive"
+    found: set[tuple[Any, str]] = set()
+    redriven = before = 0
+    kept: list[str] = []
+    for _ in range(STREAM_READS):
+        redriven += len(answer["redriven"])
+        before += len(answer["already_redriven"])
+        kept.extend(item["why"] for item in answer["kept"])
+        found.update((item.get("message_id"), item["body_sha256"])
+                     for item in answer.get("found", []))
+        if not answer.get("more"):
+            break
+        answer = api.call("POST", path, {**body, "offset": answer["next_offset"]})
+    missing = [named for named in body.get("messages", [])
+               if (named.get("message_id"), named["body_sha256"]) not in found]
+    for named in missing:
+        say(args, f"not found in {queue}: message_id {named['message_id']} "
+                   f"body_sha256 {named['body_sha256']}")
+    if args.formatter == "json":
+        print(json.dumps({"queue": queue, "redriven": redriven, "already_redriven": before,
+                          "kept": kept, "missing": missing}))
+    else:
+        say(args, f"{queue} (a stream, which keeps them): {redriven} redriven to origin, "
+                   f"{before} left as redriven before, {len(kept)} kept")
+    if kept or missing:
+        raise CtlError(f"{len(kept) + len(missing)} of the chosen messages were not redriven",
                        EX_DATAERR)
 
 
