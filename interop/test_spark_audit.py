@@ -581,20 +581,8 @@ def test_the_audit_reads_what_retention_archived_as_it_is_and_counts_it_apart(sp
     audit's schema already); they are counted as archived, not as deaths,
     once each though the log records their removal too."""
     data_dir = tmp_path / "broker-r"
-    config = BrokerConfig(port=0, management_port=0, node_name="broker-r")
-    with BrokerThread(config, data_dir=str(data_dir)) as broker:
-        with pika_channel(broker.url) as channel:
-            channel.exchange_declare("r.dlx", "fanout")
-            channel.queue_declare("r.dlq", durable=True,
-                                  arguments={"x-dead-letter-retention": 300})
-            channel.queue_bind("r.dlq", "r.dlx")
-            channel.queue_declare("r.work", arguments={"x-dead-letter-exchange": "r.dlx"})
-            for body in ("kept-0", "kept-1"):
-                publish(channel, "r.work", body, delivery_mode=2, content_type="text/plain",
-                        headers={"tenant": "acme"})
-            reject_all(channel, "r.work", 2)
-            assert wait_for(lambda: broker.call(
-                lambda: broker.broker.archiver.archived) == 2, 15)
+    _archived_by_retention(data_dir, ["kept-0", "kept-1"], content_type="text/plain",
+                           headers={"tenant": "acme"})
     (source,), _ = local_sources([str(data_dir)])
     assert len(source.archived) == 1 and source.archived[0].endswith(".parquet")
     assert not set(source.sealed) & set(source.archived)
@@ -609,9 +597,9 @@ def test_the_audit_reads_what_retention_archived_as_it_is_and_counts_it_apart(sp
     assert (again["events"], again["archived"]) == (2, 2)
 
 
-def _archive_three_alike(data_dir) -> None:
-    """Three dead letters with one body and no message id, archived by
-    retention in one batch (which gives them one time)."""
+def _archived_by_retention(data_dir, bodies: list[str], **props) -> None:
+    """A broker on `data_dir` rejects a message of each body (its message
+    id the body) into a DLQ whose retention archives them."""
     config = BrokerConfig(port=0, management_port=0, node_name="broker-r")
     with BrokerThread(config, data_dir=str(data_dir)) as broker:
         with pika_channel(broker.url) as channel:
@@ -620,16 +608,22 @@ def _archive_three_alike(data_dir) -> None:
                                   arguments={"x-dead-letter-retention": 300})
             channel.queue_bind("r.dlq", "r.dlx")
             channel.queue_declare("r.work", arguments={"x-dead-letter-exchange": "r.dlx"})
-            for _ in range(3):
-                publish(channel, "r.work", '{"ping": 1}', delivery_mode=2)
-            reject_all(channel, "r.work", 3)
+            for body in bodies:
+                publish(channel, "r.work", body, delivery_mode=2, **props)
+            reject_all(channel, "r.work", len(bodies))
             assert wait_for(lambda: broker.call(
-                lambda: broker.broker.archiver.archived) == 3, 15)
+                lambda: broker.broker.archiver.archived) == len(bodies), 15)
+
+
+def _archive_three_alike(data_dir) -> None:
+    """Three dead letters of one body and one message id, archived by
+    retention in one batch (which gives them one time)."""
+    _archived_by_retention(data_dir, ['{"ping": 1}'] * 3)
 
 
 def test_archived_dead_letters_alike_count_once_each(spark, tmp_path):
     # They were counted as one: their records and the log's lines share
-    # queue, time, message id (none) and body.
+    # queue, time, message id and body.
     data_dir = tmp_path / "broker-r"
     _archive_three_alike(data_dir)
     summary = audit(spark, data_dir, tmp_path / "out")
