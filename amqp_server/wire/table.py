@@ -229,7 +229,8 @@ def check_table_body(data: bytes, offset: int, end: int) -> None:
 def value_end(data, offset: int, end: int | None = None) -> int:
     """Where the value at `offset` (its type tag) ends, by its lengths
     alone: for data already checked (a stored header), where _skip_value's
-    checks would be spent again."""
+    checks would be spent again.  `end` is taken as _skip_value takes it,
+    and not held against."""
     size = _SIZE_AFTER_TAG.get(data[offset])
     if size is None:
         size = 4 + _U32.unpack_from(data, offset + 1)[0]
@@ -239,8 +240,8 @@ def value_end(data, offset: int, end: int | None = None) -> int:
 def table_entries(data: bytes, offset: int, end: int, checked: bool = False):
     """(key, type tag, value offset, value end) of each entry of the table
     body data[offset:end], not decoded; its values checked as the decoder
-    would check them unless `checked` says they were (a table inside one
-    whose entries were walked so)."""
+    would check them unless `checked` says they were (a stored header was
+    checked when it was published)."""
     end_of = value_end if checked else _skip_value
     while offset < end:
         key_end = offset + 1 + data[offset]
