@@ -39,11 +39,19 @@ def etcd_binary() -> str | None:
         "/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None)
 
 
+# Every port free_ports handed out in this process: never handed out again.
+# A port is only probed free; its member or node binds it later, so two
+# calls (a cluster's nodes, its etcd members) could otherwise pick the same
+# one before either binds it (a suite runs hundreds of them: it happened).
+_HANDED_OUT: set[int] = set()
+
+
 def free_ports(count: int) -> list[int]:
     """Ports free on 127.0.0.1 now, below the ephemeral range (held at once,
-    so they differ): a member or node restarted on its old port must not
-    find it taken by some client's connection meanwhile, which a port from
-    the ephemeral range can be."""
+    so they differ, and none handed out before by this process): a member
+    or node restarted on its old port must not find it taken by some
+    client's connection meanwhile, which a port from the ephemeral range
+    can be."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
             low = int(handle.read().split()[0])
@@ -52,6 +60,8 @@ def free_ports(count: int) -> list[int]:
     sockets = []
     try:
         for candidate in random.sample(range(10_000, low), min(2000, low - 10_000)):
+            if candidate in _HANDED_OUT:
+                continue
             probe = socket.socket()
             try:
                 probe.bind(("127.0.0.1", candidate))
@@ -60,7 +70,9 @@ def free_ports(count: int) -> list[int]:
                 continue
             sockets.append(probe)
             if len(sockets) == count:
-                return [probe.getsockname()[1] for probe in sockets]
+                ports = [probe.getsockname()[1] for probe in sockets]
+                _HANDED_OUT.update(ports)
+                return ports
         raise RuntimeError(f"no {count} free ports between 10000 and {low}")
     finally:
         for probe in sockets:
