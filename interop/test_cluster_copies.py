@@ -19,7 +19,15 @@ from amqp_server.cluster.shipper import Shipper
 from amqp_server.storage.archive import ArchiveFiles
 from amqp_server.wire.table import FieldTable
 
-from .test_cluster_replication import CLUSTER, SECRET, Leader, booted, follower, wait_for
+from .test_cluster_replication import (
+    CLUSTER,
+    SECRET,
+    Leader,
+    booted,
+    follower,
+    stop_pair,
+    wait_for,
+)
 
 STREAM_DIR = f"streams/{b'/'.hex()}/{b'events'.hex()}"
 
@@ -64,10 +72,7 @@ async def test_a_confirm_waits_until_a_follower_taking_a_copy_has_it_on_disk(tmp
         await connection.close()
     finally:
         release.set()
-        following.stop()
-        await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
 
 
 async def test_a_stream_deleted_before_its_leader_died_is_declared_again_empty(tmp_path):
@@ -101,10 +106,7 @@ async def test_a_stream_deleted_before_its_leader_died_is_declared_again_empty(t
         await asyncio.wait_for(queue.delete(if_unused=False, if_empty=False), 10)
         await connection.close()
     finally:
-        following.stop()
-        await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
     assert (tmp_path / "follower" / STREAM_DIR).is_dir()  # the files stayed
     copy = booted(tmp_path / "follower")
     try:
@@ -155,11 +157,7 @@ async def test_an_archive_batch_the_followers_are_slow_to_take_is_archived_once(
         assert dlq.message_count == 0
         await connection.close()
     finally:
-        following.stop()
-        if task is not None:
-            await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
     assert [r["body"] for r in ArchiveFiles(archive).records()] == ["cG9pc29u"]
     copied = ArchiveFiles(tmp_path / "follower" / "dead-letter-archive").records()
     assert [r["body"] for r in copied] == ["cG9pc29u"]
@@ -189,10 +187,7 @@ async def test_a_copy_of_thousands_of_archive_files_holds_one_open_at_a_time(tmp
     try:
         await wait_for(lambda: replica.epoch is not None, 60)
     finally:
-        following.stop()
-        await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
     assert peak - before < 20
     copied = tmp_path / "follower" / "dead-letter-archive" / "node=a" / "day=2026-11-01"
     assert len(list(copied.iterdir())) == 1500

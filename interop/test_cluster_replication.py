@@ -76,6 +76,16 @@ async def wait_for(predicate, seconds: float = 10.0) -> None:
     raise AssertionError("condition not reached")
 
 
+async def stop_pair(leader: Leader, replica: Replica, following: Following, task) -> None:
+    """The follower stops following (its task, if it began, ends), then the
+    leader stops and the follower's copy is closed."""
+    following.stop()
+    if task is not None:
+        await task
+    await leader.stop()
+    replica.close()
+
+
 def booted(data_dir) -> Broker:
     broker = Broker(BrokerConfig(data_dir=str(data_dir), port=0, management_port=-1,
                                  prometheus_port=-1))
@@ -161,11 +171,7 @@ async def test_confirms_and_declare_oks_wait_for_an_in_sync_follower(tmp_path):
         await asyncio.wait_for(publish, 10)
         await connection.close()
     finally:
-        following.stop()
-        if task is not None:
-            await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
 
 
 async def test_below_min_in_sync_publishers_are_held_until_a_follower_joins(tmp_path):
@@ -188,11 +194,7 @@ async def test_below_min_in_sync_publishers_are_held_until_a_follower_joins(tmp_
         assert not leader.broker.store_busy
         await connection.close()
     finally:
-        following.stop()
-        if task is not None:
-            await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
 
 
 async def test_a_caught_up_follower_joins_the_in_sync_set(tmp_path):
@@ -205,10 +207,7 @@ async def test_a_caught_up_follower_joins_the_in_sync_set(tmp_path):
         assert leader.isr_writes[0] == ("a", "b")
         assert leader.shipper.in_sync == {"b"}
     finally:
-        following.stop()
-        await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
 
 
 async def test_a_stranger_without_the_secret_gets_nothing(tmp_path):
@@ -354,11 +353,7 @@ async def test_archived_dead_letters_leave_their_queue_once_the_file_is_on_the_f
         assert dlq.unacked == 0 and dlq.message_count == 0
         await connection.close()
     finally:
-        following.stop()
-        if task is not None:
-            await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
     copied = sorted(path.relative_to(tmp_path / "follower" / "dead-letter-archive")
                     for path in (tmp_path / "follower" / "dead-letter-archive").rglob("*")
                     if path.is_file())
@@ -390,10 +385,7 @@ async def test_a_streams_confirms_wait_for_the_follower_whose_copy_boots_the_str
                 aio_pika.Message(b"e%d" % number), routing_key="events"), 10)
         await connection.close()
     finally:
-        following.stop()
-        await task
-        await leader.stop()
-        replica.close()
+        await stop_pair(leader, replica, following, task)
     copy = booted(tmp_path / "follower")
     try:
         stream = copy.vhosts["/"].queues["events"].log

@@ -193,8 +193,7 @@ class Pager:
              list(message.bcc) or None, entry.deadline]])
         self._track(lane, entry.seq, 1, len(message.body),
                     () if entry.segment is None else (entry.segment,))
-        self._note_reason(lane, latest_reason(message) if message.history is not None
-                          or b"x-death" in message.header else None)
+        self._note_reason(lane, latest_reason(message))
 
     def page_stored(self, index: int, items: list) -> int:
         """Recovery: stored messages (storage.message_store.StoredEntry, in
