@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 
 from . import frames as f, handshake
 from .replica import Replica
@@ -31,8 +33,13 @@ class Following:
     """One connection to one leader."""
 
     def __init__(self, replica: Replica, node: str, cluster: str, secret: bytes,
-                 tls=None) -> None:
+                 tls=None, *, on_copy: Callable[[bool], None] = lambda whole: None,
+                 quiet: bool = False) -> None:
         self.replica = replica
+        # Told when a full copy starts (False: this copy is not whole now)
+        # and when the copy is whole (a copy completed, or the stream resumed).
+        self.on_copy = on_copy
+        self.quiet = quiet  # an earlier try already said the leader is unreachable
         self.tls = tls
         self.node = node
         self.cluster = cluster
@@ -54,8 +61,11 @@ class Following:
                 handshake.TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             self.refused = isinstance(exc, ConnectionRefusedError)
-            log.info("cannot reach the leader's cluster port %s:%d: %s", host, port, exc)
+            if not self.quiet:
+                log.info("cannot reach the leader's cluster port %s:%d: %s", host, port,
+                         exc or type(exc).__name__)
             return
+        keep_alive(writer)
         self._writer = writer
         frames = f.FrameStream(reader)
         try:
@@ -69,7 +79,7 @@ class Following:
                 asyncio.IncompleteReadError) as exc:
             if not self._stopping:
                 self.link_broke = True
-                log.warning("replication from %s:%d ended: %s", host, port, exc)
+                log.info("replication from %s:%d ended: %s", host, port, exc)
         finally:
             self.streaming = False
             writer.close()
@@ -114,6 +124,7 @@ class Following:
                 kind = frame[0]
                 if kind == f.SNAPSHOT:
                     self.streaming = False
+                    self.on_copy(False)
                     await loop.run_in_executor(None, replica.start_copy, frame[1])
                     log.info("taking a copy from leader %s", self.leader)
                 elif kind == f.FILE:
@@ -123,10 +134,12 @@ class Following:
                     await loop.run_in_executor(None, replica.finish_copy, frame[1])
                     writer.write(f.encode([f.ACK, frame[1]]))
                     self.streaming = self.was_streaming = True
+                    self.on_copy(True)
                     log.info("copy from leader %s complete at %d", self.leader, frame[1])
                 elif kind == f.RESUME:
                     replica.resume(frame[1], frame[2], frame[3])
                     self.streaming = self.was_streaming = True
+                    self.on_copy(True)
                     log.info("following leader %s from %d", self.leader, frame[2])
                 else:
                     raise f.FrameError(f"unexpected {kind!r} from the leader")
@@ -135,3 +148,20 @@ class Following:
         self._stopping = True
         if self._writer is not None:
             self._writer.close()
+
+
+def keep_alive(writer: asyncio.StreamWriter) -> None:
+    """TCP keepalive on a replication link, so that a link whose other end
+    went silent (a partition, not a reset) is found dead in seconds by the
+    kernel, not after the default two hours."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 2)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    except OSError:
+        pass

@@ -34,6 +34,11 @@ PREFIX = b"AMQPFWD1 "
 MAX_LINE = 512
 FRESH_SECONDS = 60.0
 HEADER = "X-Amqp-Forwarded-For"
+# Every forwarded call is bounded: connecting to the leader ...
+CONNECT_TIMEOUT = 2.0
+# ... and a management request as a whole (a leader cut off mid-answer must
+# not hold the follower's handler, or its shutdown, for minutes).
+REQUEST_TIMEOUT = 30.0
 
 
 def _signed(secret: bytes, host: str, port: int, node: str, stamp: int) -> str:
@@ -92,7 +97,8 @@ class AmqpForwarder:
         self.node = node
         self.target = target
         self.server: asyncio.Server | None = None
-        self._pipes: set[asyncio.Task] = set()
+        # Each client's pipe, and the leader it goes to.
+        self._pipes: dict[asyncio.Task, tuple[str, int]] = {}
 
     async def start(self, host: str, port: int) -> int:
         self.server = await asyncio.start_server(self._client, host, port, reuse_address=True)
@@ -106,18 +112,31 @@ class AmqpForwarder:
             return
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(*target), 5.0)
+                asyncio.open_connection(*target), CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            log.info("cannot forward a client to the leader at %s:%d: %s", *target, exc)
+            log.debug("cannot forward a client to the leader at %s:%d: %s", *target, exc)
             writer.close()
             return
         up_writer.write(preamble(self.secret, peer[0], peer[1], self.node))
         task = asyncio.current_task()
-        self._pipes.add(task)
+        assert task is not None
+        self._pipes[task] = target
         try:
             await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+        except asyncio.CancelledError:
+            writer.close()
+            up_writer.close()
+            raise
         finally:
-            self._pipes.discard(task)
+            self._pipes.pop(task, None)
+
+    def retarget(self, target: tuple[str, int] | None) -> None:
+        """The leader changed: close the clients forwarded to another one (a
+        leader cut off would hold them until their heartbeat times out);
+        they connect again and are forwarded to the new leader."""
+        for task, going_to in list(self._pipes.items()):
+            if going_to != target:
+                task.cancel()
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -153,11 +172,15 @@ class HttpForwarder:
 
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{path:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A leader elected here takes these ports over: requests still in
+        # flight are cut short rather than waited for.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
-        self._session = ClientSession(timeout=ClientTimeout(total=120), auto_decompress=False)
+        self._session = ClientSession(
+            timeout=ClientTimeout(total=REQUEST_TIMEOUT, sock_connect=CONNECT_TIMEOUT),
+            auto_decompress=False)
         return site._server.sockets[0].getsockname()[1]
 
     async def _forward(self, request):
