@@ -509,6 +509,8 @@ class ClusterNode:
         if self.following is not None:
             self.following.stop()
         if self._following_task is not None:
+            # Not waited for: it may be connecting to a leader that is cut off.
+            self._following_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._following_task
         self._following_task = None
@@ -607,6 +609,8 @@ class ClusterNode:
             self.shipper.stop()
         self.shipper = None
         self.term = None
+        if self.leadership is not None:
+            self.leadership.abandon(reason)
         if server is not None:
             log.info("node %s stops leading: %s", self.node, reason)
             detach(server.broker)
@@ -675,6 +679,9 @@ class ClusterNode:
              "campaigning, booting, leading, suspended, stepping down)",
              [({"node": self.node, "state": role.value}, 1 if self.state.role is role else 0)
               for role in c.Role if role is not c.Role.STOPPED]),
+            ("cluster_node_confirming", "gauge",
+             "1 while this node may confirm a publish (it leads and its etcd lease is beyond "
+             "doubt by its own clock)", [(node, 1 if self.may_confirm() else 0)]),
             ("cluster_elections_won_total", "counter",
              "Times this node was elected leader", [(node, stats.elections_won)]),
             ("cluster_leadership_changes_total", "counter",

@@ -14,6 +14,7 @@ decides whether to follow again, and whom.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
@@ -109,6 +110,11 @@ class Following:
 
     async def _apply(self, queue: deque, wake: asyncio.Event, writer, loop) -> None:
         replica = self.replica
+        generation = replica.generation
+
+        def run(method, *args):
+            return loop.run_in_executor(None, functools.partial(method, *args,
+                                                                generation=generation))
         while True:
             await wake.wait()
             wake.clear()
@@ -117,7 +123,7 @@ class Following:
                     batch = []
                     while queue and queue[0][0] in f.DATA_KINDS:
                         batch.append(queue.popleft())
-                    lsn = await loop.run_in_executor(None, replica.apply, batch)
+                    lsn = await run(replica.apply, batch)
                     writer.write(f.encode([f.ACK, lsn]))
                     continue
                 frame = queue.popleft()
@@ -125,19 +131,18 @@ class Following:
                 if kind == f.SNAPSHOT:
                     self.streaming = False
                     self.on_copy(False)
-                    await loop.run_in_executor(None, replica.start_copy, frame[1])
+                    await run(replica.start_copy, frame[1])
                     log.info("taking a copy from leader %s", self.leader)
                 elif kind == f.FILE:
-                    await loop.run_in_executor(None, replica.copy_piece, frame[1],
-                                               frame[2], frame[3])
+                    await run(replica.copy_piece, frame[1], frame[2], frame[3])
                 elif kind == f.READY:
-                    await loop.run_in_executor(None, replica.finish_copy, frame[1])
+                    await run(replica.finish_copy, frame[1])
                     writer.write(f.encode([f.ACK, frame[1]]))
                     self.streaming = self.was_streaming = True
                     self.on_copy(True)
                     log.info("copy from leader %s complete at %d", self.leader, frame[1])
                 elif kind == f.RESUME:
-                    replica.resume(frame[1], frame[2], frame[3])
+                    replica.resume(frame[1], frame[2], frame[3], generation=generation)
                     self.streaming = self.was_streaming = True
                     self.on_copy(True)
                     log.info("following leader %s from %d", self.leader, frame[2])

@@ -293,6 +293,13 @@ class Leadership:
         if term is not None:
             self._end(term, "resigned")
 
+    def abandon(self, reason: str) -> None:
+        """Forget the current term here without touching etcd (the node
+        stopped acting on it); a later campaign reads etcd afresh and wins
+        again only if the key is still first in line there."""
+        if self.term is not None:
+            self._end(self.term, reason)
+
     def _begin(self, term: Term) -> None:
         self.term = term
         self.lost.clear()

@@ -325,12 +325,18 @@ class Shipper:
         self._advance()  # held from the start while the in-sync set is too small
 
     async def _check_forever(self) -> None:
+        failing = ""
         while not self.stopped:
             await asyncio.sleep(min(0.1, self.lag_timeout / 4))
             try:
                 await self.check()
-            except Exception:  # noqa: BLE001 - the checker must outlive any one failure
-                log.exception("in-sync check failed")
+            except Exception as exc:  # noqa: BLE001 - the checker must outlive any one failure
+                # etcd unreachable, the set changed meanwhile: said once, tried again.
+                if str(exc) != failing:
+                    log.warning("cannot change the in-sync set now: %s", exc)
+                failing = str(exc)
+            else:
+                failing = ""
 
     def followers(self) -> dict[str, rules.Follower]:
         """Every follower of this term as the in-sync rules see it."""
