@@ -13,7 +13,7 @@ import pytest
 
 from policies import ctl
 
-from .test_management import call
+from .management_api import call
 
 USAGE, DATAERR, UNAVAILABLE = ctl.EX_USAGE, ctl.EX_DATAERR, ctl.EX_UNAVAILABLE
 

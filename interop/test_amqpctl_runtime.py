@@ -19,8 +19,8 @@ from pamqp import commands as spec
 from policies import ctl
 from policies.ctl.runtime import CONNECTION_COLUMNS, CONSUMER_COLUMNS
 
+from .management_api import http
 from .rawclient import RawClient
-from .test_management import http
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 from amqp_server.broker.broker import Broker
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
-from tests.test_queue_deaths import TakeAll, message
-from tests.test_storage import open_broker as open_storage_broker, persistent, segment_files
+from tests.disk_brokers import open_broker as open_storage_broker, segment_files
+from tests.messages import TakeAll, message, persistent
 
 THRESHOLD = 10
 
