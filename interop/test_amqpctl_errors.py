@@ -125,6 +125,13 @@ def test_an_unknown_column_suggests_the_near_one(broker, capsys):
                           '(did you mean "messages"?); valid columns: ')
 
 
+def test_the_help_names_each_verb_in_good_english(capsys):
+    assert ctl.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "set an operator policy" in out and "clear an operator policy" in out
+    assert " a operator" not in out
+
+
 # ---- the management API of another product -------------------------------------------
 
 def test_rabbitmq_on_the_port_is_named_and_left_alone(rabbitmq_management_url, capsys):
