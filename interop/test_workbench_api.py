@@ -86,6 +86,17 @@ def test_redrive_sends_each_message_back_to_its_exchange_and_keys_and_x_death_co
     assert page["messages"][0]["death_count"] == 2
 
 
+def test_a_work_queue_that_was_redriven_to_is_not_a_dead_letter_queue(broker, channel):
+    """The redriven message keeps its x-death: found at the work queue's
+    head, it listed `work` among the dead-letter queues."""
+    dead_letters(channel, [b"back to work"])
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"filter": {}})[1]
+    assert wait_task(broker, started["task"])["moved"] == 1
+    assert count(channel, "work") == 1
+    found = {q["name"]: q["why"] for q in http(broker, "GET", "/api/dead-letter-queues")[1]}
+    assert found == {"work.dlq": "dead-letter exchange"}
+
+
 def test_redrive_all_and_of_chosen_seqs(broker, channel):
     dead_letters(channel, [b"a", b"b", b"c", b"d"])
     page = http(broker, "GET", "/api/queues/%2F/work.dlq/messages")[1]
