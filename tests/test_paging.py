@@ -246,6 +246,22 @@ def test_store_segments_of_paged_messages_are_released(tmp_path, how):
     assert all(count == 0 for count in broker.store.log.live.values())
 
 
+def test_paging_under_memory_pressure_is_news_and_only_the_alarm_a_warning(tmp_path, caplog):
+    """Warnings are for what an operator must act on: the alarm raised;
+    what the broker does about it, and the alarm's end, are information."""
+    caplog.set_level("INFO")
+    broker = open_broker(tmp_path, paging_pressure_threshold=5)
+    fill(broker.vhosts["/"].declare_queue("q", None), names("m", 50), message)
+    broker.set_alarm("memory", True)
+    broker.set_paging_pressure(True)
+    broker.set_paging_pressure(False)
+    broker.set_alarm("memory", False)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "amqp_server"]
+    assert said == [("WARNING", "memory alarm set: publishers are blocked"),
+                    ("INFO", "memory pressure: 45 messages paged to disk"),
+                    ("INFO", "memory alarm cleared")]
+
+
 def test_transient_messages_page_only_under_memory_pressure(tmp_path):
     broker = open_broker(tmp_path, paging_pressure_threshold=5)
     queue = broker.vhosts["/"].declare_queue("q", None)
