@@ -157,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         from .session import build_session
         from .sources import DataDirError
 
-        if not _findable("matplotlib"):  # imported later, on a thread (CHARTS)
-            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        # Imported later: matplotlib on a thread (CHARTS), rich for the
+        # terminal's table once the report is written.
+        for later in ("matplotlib", "rich"):
+            if not _findable(later):
+                raise ModuleNotFoundError(f"No module named '{later}'", name=later)
     except ImportError as exc:
         return _no_extra(exc)
     charts = _Preload(CHARTS)
