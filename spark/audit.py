@@ -30,7 +30,9 @@ EXIT_NO_LOG = 66  # rabbitmqctl's EX_NOINPUT
 EXIT_NO_EXTRA = 69  # EX_UNAVAILABLE
 # What the `audit` extra brings; an ImportError naming another module is a bug.
 EXTRA_MODULES = ("pyspark", "py4j", "pyarrow", "pandas", "grpc", "matplotlib", "rich")
-INSTALL_HINT = "pip install 'amqp-server[audit]'"
+# The package is not on PyPI: the extra comes from where the broker came.
+INSTALL_HINT = ("pip install '.[audit]' in a checkout of amqp-server, or pip install "
+                "'amqp_server-*.whl[audit]' with its wheel")
 # The report's charts (matplotlib, half a second to import): imported on a
 # thread while the JVM starts, which leaves this process idle.
 CHARTS = f"{__package__ or 'spark'}.charts"
