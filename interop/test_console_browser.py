@@ -229,6 +229,37 @@ def test_workbench_browses_filters_and_redrives_dead_letters_back_with_their_his
     assert count(channel, "orders.dlq") == 1
 
 
+def test_a_pages_address_opens_it_after_login_with_the_workbenchs_filter(broker, console,
+                                                                         channel):
+    """A link to a page, opened by someone not logged in yet, shows that
+    page once they are; a queue's workbench keeps its filter in the address,
+    so the filtered list is a link too."""
+    dead_letters_of_every_kind(channel)
+    console.driver.get(console.base + "/")
+    console.driver.execute_script("sessionStorage.clear()")
+    console.driver.get(console.base + "/?fresh#/dead-letters/%2F/orders.dlq?reason=expired")
+    console.until(lambda: console.find("login").is_displayed())
+    console.type("login-username", "guest")
+    console.type("login-password", "guest")
+    console.find("login-submit").click()
+    console.shows("messages", "Message id", ["expired-1"])
+    assert console.find("filter-reason").get_attribute("value") == "expired"
+
+    console.find("filter-reset").click()
+    console.shows("messages", "Message id", ["rejected-1", "expired-1", "maxlen-1"])
+    assert console.driver.current_url.endswith("#/dead-letters/%2F/orders.dlq")
+    console.type("filter-body", "sku")
+    console.find("filter-apply").click()
+    console.shows("messages", "Message id", ["rejected-1", "expired-1"])
+    filtered = console.driver.current_url
+    assert filtered.endswith("#/dead-letters/%2F/orders.dlq?body=sku")
+
+    console.open("queues")
+    console.driver.get(filtered)
+    console.shows("messages", "Message id", ["rejected-1", "expired-1"])
+    assert console.find("filter-body").get_attribute("value") == "sku"
+
+
 def test_move_and_delete_all_filtered_messages_with_progress(broker, console, channel):
     dead_letters_of_every_kind(channel)
     channel.queue_declare("parking")
