@@ -401,6 +401,36 @@ def test_quiet_prints_nothing_of_the_jvms_start(broker_data, tmp_path):
     assert (tmp_path / "out" / "report.html").exists()
 
 
+def _slowly(n: int) -> int:
+    import time  # in Spark's Python worker
+
+    time.sleep(0.3)
+    return n
+
+
+def test_a_long_stage_says_how_far_sparks_jobs_are(spark, capsys, monkeypatch):
+    """A stage of the audit ran a minute without a word on a busy machine:
+    while Spark works, a line says how many of its jobs are done and where
+    the running one is."""
+    from spark import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "QUIET_SECONDS", 0.0)
+    monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.05)
+    progress = progress_module.Progress()
+    progress.follow(spark)
+    try:
+        progress("aggregating the events")
+        rows = spark.sparkContext.parallelize(range(8), 8).map(_slowly).collect()
+    finally:
+        progress.unfollow()
+    assert rows == list(range(8))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("] aggregating the events")
+    inside = [line for line in lines[1:] if "Spark job" in line]
+    assert inside and all(re.search(r"\] {3}0 Spark jobs done, the running one at [0-8] of 8 "
+                                    r"tasks$", line) for line in inside), lines
+
+
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 
 

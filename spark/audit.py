@@ -181,16 +181,23 @@ def main(argv: list[str] | None = None) -> int:
                           quick_jit=sizing is not None and sizing.quick_jit,
                           throughput_gc=sizing is not None and not sizing.light)
     stopping = _Stopping(spark)
+    progress.follow(spark)
+
+    def spark_done() -> None:
+        progress.unfollow()
+        stopping.start()
+
     try:
         missing = charts.error()
         if missing is not None:
             return _no_extra(missing)
-        summary = job.run(spark, args, progress, spark_done=stopping.start)
+        summary = job.run(spark, args, progress, spark_done=spark_done)
     except DataDirError as exc:
         return _fail(str(exc), EXIT_NO_LOG)
     except job.UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     finally:
+        progress.unfollow()
         stopping.finish()
     if not args.quiet:
         print(report.terminal_summary(summary, args.out), end="")
