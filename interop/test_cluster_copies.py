@@ -12,6 +12,7 @@ import os
 import threading
 
 import aio_pika
+import pytest
 
 from amqp_server.cluster import frames
 from amqp_server.cluster.follower import Following
@@ -19,15 +20,9 @@ from amqp_server.cluster.shipper import Shipper
 from amqp_server.storage.archive import ArchiveFiles
 from amqp_server.wire.table import FieldTable
 
-from .test_cluster_replication import (
-    CLUSTER,
-    SECRET,
-    Leader,
-    booted,
-    follower,
-    stop_pair,
-    wait_for,
-)
+from .replication_pair import CLUSTER, SECRET, Leader, booted, follower, stop_pair, wait_for
+
+pytestmark = pytest.mark.cluster
 
 STREAM_DIR = f"streams/{b'/'.hex()}/{b'events'.hex()}"
 

@@ -19,8 +19,9 @@ from amqp_server.cluster import forwarding
 from interop.cluster_nodes import SECRET, BrokerCluster
 from interop.etcd_cluster import EtcdCluster, etcd_binary
 
-pytestmark = pytest.mark.skipif(etcd_binary() is None,
-                                reason="etcd is not installed (Debian's etcd-server)")
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(etcd_binary() is None,
+                                 reason="etcd is not installed (Debian's etcd-server)")]
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ from amqp_server.cluster import (
 )
 from amqp_server.cluster.leadership import group_prefix
 
+pytestmark = pytest.mark.cluster
+
 
 @contextlib.asynccontextmanager
 async def node(cluster, name, group="vhosts", **options):
