@@ -23,6 +23,7 @@ election timeout 1000 ms, pre-vote on.
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
 import random
@@ -43,7 +44,7 @@ ETCD_CLIENT, ETCD_PEER = 2379, 2380
 AMQP, MANAGEMENT, PROMETHEUS, CLUSTER = 5672, 15672, 15692, 5679
 SECRET = "fault-suite-secret"
 START_TIMEOUT = 40.0
-FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+FAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))), "")
 ETCD_FLAGS = ["--heartbeat-interval", "100", "--election-timeout", "1000", "--pre-vote"]
 
 
@@ -64,6 +65,10 @@ def available() -> str | None:
             return f"{tool} is not installed (Debian's iproute2 and nftables)"
     if etcd_binary() is None:
         return "etcd is not installed (Debian's etcd-server)"
+    if shutil.which("etcdctl") is None:
+        return "etcdctl is not installed (Debian's etcd-client)"
+    if not FAKETIME:
+        return "libfaketime is not installed (Debian's faketime)"
     probe = f"aqprobe{os.getpid() % 100000}"
     try:
         _run("ip", "netns", "add", probe)
@@ -226,8 +231,6 @@ class NetNode:
                    LD_PRELOAD=FAKETIME, FAKETIME_TIMESTAMP_FILE=str(self.clock_file),
                    FAKETIME_DONT_FAKE_MONOTONIC="1", FAKETIME_NO_CACHE="0",
                    FAKETIME_CACHE_DURATION="1")
-        if not os.path.exists(FAKETIME):
-            del env["LD_PRELOAD"]
         # This node's own etcd member first: it talks to it while it can.
         urls = [self.etcd_urls[self.index]] + [u for i, u in enumerate(self.etcd_urls)
                                                if i != self.index]
