@@ -41,7 +41,7 @@ from aiohttp import web
 
 from .broker.broker import Broker
 from .cluster import control as c, frames as cluster_frames, in_sync
-from .cluster.etcd import EtcdClient, EtcdError
+from .cluster.etcd import EtcdClient, EtcdError, LeaderKey
 from .cluster.follower import Following
 from .cluster.forwarding import AmqpForwarder, HttpForwarder
 from .cluster.handshake import tls_contexts
@@ -387,11 +387,12 @@ class ClusterNode:
                 await leadership.resign()
 
     async def _resign(self, seen: c.Seen) -> None:
-        leadership = self.leadership
-        if leadership is None or leadership.term is None or leadership.term.key != seen.key:
-            return
+        """Delete the term's election key, if it is still the one created at
+        its revision (etcd's resign), whatever this node holds locally."""
+        election = group_prefix(self.config.cluster_name, GROUP) + "election"
         try:
-            await leadership.resign()
+            await self.client.election_resign(
+                LeaderKey(election, seen.key, seen.revision, seen.lease))
         except EtcdError as exc:
             log.warning("node %s could not resign its lead: %s (its lease will run out)",
                         self.node, exc)

@@ -73,6 +73,13 @@ def test_a_follower_taking_a_copy_withdraws_from_the_election():
     assert state.role is c.Role.COPYING and kinds(actions) == [c.Withdraw]
 
 
+def test_a_term_won_after_the_node_stopped_campaigning_is_given_back():
+    state, _ = c.start(SETTINGS, 0.0, whole=True)
+    state, _ = run(state, c.SessionOpened(0.1, 0xA, 4.0, 0.05), c.CopyStarted(1.0))
+    state, actions = c.step(state, c.Won(1.1, TERM))
+    assert state.role is c.Role.COPYING and actions == [c.Resign(TERM)]
+
+
 def test_a_node_whose_lease_etcd_dropped_opens_a_new_session_and_campaigns_again():
     state, _ = c.start(SETTINGS, 0.0, whole=True)
     state, _ = c.step(state, c.SessionOpened(0.1, 0xA, 4.0, 0.05))

@@ -525,7 +525,10 @@ def _leader_seen(state: State, event: LeaderSeen) -> tuple[State, list[Action]]:
 
 def _won(state: State, event: Won) -> tuple[State, list[Action]]:
     if state.role is not Role.CAMPAIGNING or event.term.lease != state.lease:
-        return state, []  # a campaign that outlived its session: its key goes with it
+        # Won after this node stopped wanting it (it started a copy, its
+        # session changed): the key would head the line with nobody acting
+        # on it, so it is given back.
+        return state, [Resign(event.term)]
     # Elected on a lease in doubt: it boots, and confirms once it is renewed.
     return _become(state, Role.BOOTING, f"elected (term {event.term.revision})",
                    [StopFollowing(), Boot(event.term)], term=event.term, followed=None)
