@@ -41,7 +41,7 @@ from aiohttp import web
 
 from .broker.broker import Broker
 from .cluster import control as c, frames as cluster_frames, in_sync
-from .cluster.etcd import EtcdClient, EtcdError, LeaderKey
+from .cluster.etcd import Compare, EtcdClient, EtcdError, LeaderKey, delete_op, put_op
 from .cluster.follower import Following
 from .cluster.forwarding import AmqpForwarder, HttpForwarder
 from .cluster.handshake import tls_contexts
@@ -69,6 +69,8 @@ from .storage.lock import DataDirLock
 log = logging.getLogger("amqp_server.cluster")
 
 GROUP = "vhosts"  # one replication group for every virtual host, for now
+# The key a leader that yielded names itself in (control.Resign).
+YIELDED = "yielded"
 FOLLOWER, LEADER = "follower", "leader"
 TICK = 0.1  # seconds between two clock events
 # Reconnecting to a leader's cluster port: backoff from ... to ... seconds.
@@ -270,8 +272,8 @@ class ClusterNode:
                 self._spawn(self._boot(seen), serial=True)
             case c.StopBroker(reason=reason):
                 self._spawn(self._stop_broker(reason), serial=True)
-            case c.Resign(term=seen):
-                self._spawn(self._resign(seen))
+            case c.Resign(term=seen, yielded=yielded):
+                self._spawn(self._resign(seen, yielded))
             case c.VerifyTerm(term=seen):
                 self._spawn(self._verify(seen))
             case c.FindSuccessors(term=seen):
@@ -386,13 +388,18 @@ class ClusterNode:
             with contextlib.suppress(EtcdError):
                 await leadership.resign()
 
-    async def _resign(self, seen: c.Seen) -> None:
+    async def _resign(self, seen: c.Seen, yielded: bool = False) -> None:
         """Delete the term's election key, if it is still the one created at
-        its revision (etcd's resign), whatever this node holds locally."""
-        election = group_prefix(self.config.cluster_name, GROUP) + "election"
+        its revision, whatever this node holds locally; a yield says so in
+        the same transaction (control.Resign)."""
+        prefix = group_prefix(self.config.cluster_name, GROUP)
         try:
-            await self.client.election_resign(
-                LeaderKey(election, seen.key, seen.revision, seen.lease))
+            if yielded:
+                await self.client.txn([Compare.create_revision(seen.key, seen.revision)],
+                                      [put_op(prefix + YIELDED, self.node), delete_op(seen.key)])
+            else:
+                await self.client.election_resign(
+                    LeaderKey(prefix + "election", seen.key, seen.revision, seen.lease))
         except EtcdError as exc:
             log.warning("node %s could not resign its lead: %s (its lease will run out)",
                         self.node, exc)
@@ -596,10 +603,15 @@ class ClusterNode:
         """The in-sync set this term starts with (in_sync.initial)."""
         isr = await leadership.read_isr()
         up = await members(self.client, self.config.cluster_name)
+        yielded_key = group_prefix(self.config.cluster_name, GROUP) + YIELDED
+        yielded = await self.client.get_one(yielded_key)
         current = isr.nodes if isr is not None else None
-        kept = in_sync.initial(self.node, current, up, self.config.min_in_sync)
+        kept = in_sync.initial(self.node, current, up, self.config.min_in_sync,
+                               yielded.value.decode() if yielded is not None else None)
         if current is None or kept != current:
             await leadership.write_isr(kept, term=term)
+        if yielded is not None:
+            await leadership.fenced_txn([delete_op(yielded_key)], term=term)
         return kept
 
     async def _stop_broker(self, reason: str, report: bool = True) -> None:

@@ -248,6 +248,12 @@ def test_a_new_leader_starts_with_itself_and_never_below_the_minimum(current, up
         assert len(start) >= min(minimum, 1 + len(current))
 
 
+def test_a_new_leader_does_not_wait_for_the_leader_that_yielded_to_it():
+    assert in_sync.initial("n2", ["n1", "n2", "n3"], {"n1", "n2", "n3"}, 2, "n1") == ("n2", "n3")
+    # ... unless the set would fall below the minimum without it.
+    assert in_sync.initial("n2", ["n1", "n2"], {"n1", "n2"}, 2, "n1") == ("n2", "n1")
+
+
 def test_a_follower_away_longer_than_the_lag_timeout_is_late_even_when_idle():
     followers = {"n2": in_sync.Follower(acked=5, linked=False, seen=10.0),
                  "n3": in_sync.Follower(acked=5, linked=True, streaming=True, seen=10.0)}

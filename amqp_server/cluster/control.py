@@ -306,7 +306,12 @@ class StopBroker(Action):
 
 @dataclass(frozen=True)
 class Resign(Action):
+    """Delete the term's election key.  `yielded`: in the same transaction,
+    say so in etcd, so that the next leader does not wait a lag timeout for
+    this node, which it knows to be cut off, before it may confirm."""
+
     term: Seen
+    yielded: bool = False
 
 
 @dataclass(frozen=True)
@@ -633,7 +638,7 @@ def _stalled(state: State, event: Stalled) -> tuple[State, list[Action]]:
         return replace(state, asked=state.now), [FindSuccessors(state.term)]
     if not event.successors:
         return state, []
-    actions: list[Action] = [HoldConfirms("yielding"), Resign(state.term),
+    actions: list[Action] = [HoldConfirms("yielding"), Resign(state.term, yielded=True),
                              StopBroker("yielded its lead")]
     return _become(state, Role.STEPPING_DOWN,
                    f"confirms stalled for {state.now - event.since:.1f} s (an in-sync "

@@ -99,14 +99,16 @@ def may_shrink(current: Collection[str], wanted: Collection[str], min_in_sync: i
 
 
 def initial(me: str, current: Collection[str] | None, up: Collection[str],
-            min_in_sync: int) -> tuple[str, ...]:
+            min_in_sync: int, yielded: str | None = None) -> tuple[str, ...]:
     """The set a new leader starts with: the one etcd holds (itself alone
-    for a new group) without the members that are not up - they cannot
-    answer, and waiting for them to time out would only delay the first
-    confirm - but never below `min_in_sync`: then the absent ones stay, to
-    be counted out one by one as others catch up."""
+    for a new group) without the members that are not up, nor the leader
+    that yielded because it was cut off - they cannot answer, and waiting
+    for them to time out would only delay the first confirm - but never
+    below `min_in_sync`: then the absent ones stay, to be counted out one
+    by one as others catch up."""
     current = tuple(current) if current is not None else (me,)
-    kept = tuple(name for name in current if name == me or name in up)
+    kept = tuple(name for name in current
+                 if name == me or (name in up and name != yielded))
     if len(kept) < min_in_sync:
         kept = tuple(dict.fromkeys((me, *current)))
     elif me not in kept:
