@@ -48,7 +48,7 @@ def one_round(cluster: netns_cluster.NetCluster, fault, number: int) -> dict:
     urls = [node.url for node in cluster.nodes]
     with Workload(urls, [node.confirming for node in cluster.nodes],
                   f"r{number}.{fault.name}") as load:
-        time.sleep(2.0)
+        load.wait_flowing()
         began = time.monotonic()
         fault.make(cluster, leader)
         healed = time.monotonic()

@@ -216,6 +216,14 @@ class Workload:
         for thread in self._threads:
             thread.join(30)
 
+    def wait_flowing(self, confirms: int = 20, timeout: float = 60.0) -> bool:
+        """Until `confirms` publishes were confirmed (bounded): the workload
+        runs before a fault is made."""
+        deadline = time.monotonic() + timeout
+        while self.confirms_since(0.0) < confirms and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.confirms_since(0.0) >= confirms
+
     def confirms_since(self, moment: float) -> int:
         return sum(1 for p in (*self.publishers, self.work)
                    for t in p.confirm_times if t >= moment)
