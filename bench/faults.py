@@ -50,6 +50,7 @@ def one_round(cluster: netns_cluster.NetCluster, fault, number: int) -> dict:
                   f"r{number}.{fault.name}") as load:
         load.wait_flowing()
         began = time.monotonic()
+        leader, _ = cluster.wait_whole(timeout=60)  # the leader as the fault begins
         fault.make(cluster, leader)
         healed = time.monotonic()
         _, whole = cluster.wait_whole(timeout=120)

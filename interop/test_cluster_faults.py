@@ -42,6 +42,7 @@ def test_a_fault_loses_nothing_confirmed_and_the_cluster_heals_by_itself(cluster
     urls = [node.url for node in cluster.nodes]
     with Workload(urls, [node.confirming for node in cluster.nodes], fault.name) as load:
         assert load.wait_flowing(), "nothing was confirmed before the fault:\n" + cluster.logs()
+        leader, _ = cluster.wait_whole(timeout=60)  # the leader as the fault begins
         fault.make(cluster, leader)
         healed = time.monotonic()
         cluster.wait_whole(timeout=60)
