@@ -32,7 +32,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,17 +231,22 @@ class ClusterNode:
             await asyncio.sleep(TICK)
             self.feed(c.Tick(time.monotonic()))
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], serial: bool = False) -> None:
+    def _spawn(self, job: Callable[..., Coroutine[Any, Any, None]], *args: Any,
+               serial: bool = False) -> None:
+        """Run `job(*args)` as a task of its own; `serial` ones one after
+        the other, in the order the machine asked for them (the coroutine
+        is made only once its turn comes: one cancelled before is not left
+        unawaited)."""
         async def run() -> None:
             if serial:
                 async with self._serial:
-                    await coroutine
+                    await job(*args)
             else:
-                await coroutine
+                await job(*args)
 
-        job = asyncio.get_running_loop().create_task(run())
-        self._jobs.add(job)
-        job.add_done_callback(self._job_done)
+        task = asyncio.get_running_loop().create_task(run())
+        self._jobs.add(task)
+        task.add_done_callback(self._job_done)
 
     def _job_done(self, job: asyncio.Task) -> None:
         self._jobs.discard(job)
@@ -254,35 +259,35 @@ class ClusterNode:
             case c.Log(level=level, message=message):
                 log.log(level, "%s", message)
             case c.OpenSession():
-                self._spawn(self._reopen())
+                self._spawn(self._reopen)
             case c.CloseSession(lease=lease, revoke=revoke):
-                self._spawn(self._close_session(lease, revoke))
+                self._spawn(self._close_session, lease, revoke)
             case c.Revoke(lease=lease):
-                self._spawn(self._revoke(lease))
+                self._spawn(self._revoke, lease)
             case c.Campaign(lease=lease):
                 self._start_campaign(lease)
             case c.Withdraw():
-                self._spawn(self._withdraw())
+                self._spawn(self._withdraw)
             case c.Follow(leader=seen):
                 if self.leader is not None and self.leader.key == seen.key:
-                    self._spawn(self._follow(self.leader), serial=True)
+                    self._spawn(self._follow, self.leader, serial=True)
             case c.StopFollowing():
-                self._spawn(self._stop_following(keep_copy=True), serial=True)
+                self._spawn(self._stop_following, True, serial=True)  # keep_copy
             case c.Boot(term=seen):
-                self._spawn(self._boot(seen), serial=True)
+                self._spawn(self._boot, seen, serial=True)
             case c.StopBroker(reason=reason):
-                self._spawn(self._stop_broker(reason), serial=True)
+                self._spawn(self._stop_broker, reason, serial=True)
             case c.Resign(term=seen, yielded=yielded):
-                self._spawn(self._resign(seen, yielded))
+                self._spawn(self._resign, seen, yielded)
             case c.VerifyTerm(term=seen):
-                self._spawn(self._verify(seen))
+                self._spawn(self._verify, seen)
             case c.FindSuccessors(term=seen):
-                self._spawn(self._find_successors(seen))
+                self._spawn(self._find_successors, seen)
             case c.HoldConfirms() | c.ReleaseConfirms():
                 if self.shipper is not None:
                     self.shipper.poke()  # the shipper asks may_confirm: it holds or goes on
             case c.Depose(leader=seen):
-                self._spawn(self._depose(seen))
+                self._spawn(self._depose, seen)
             case _:
                 raise TypeError(f"not an action: {action!r}")
 
