@@ -27,14 +27,14 @@ def methods(data: bytes):
     return [decode_method(p) for t, _, p in split_frames(data) if t == frames.FRAME_METHOD]
 
 
-def open_connection(broker: Broker) -> Connection:
+def open_connection(broker: Broker, heartbeat: int = 0) -> Connection:
     conn = Connection(broker)
     conn.receive_data(frames.PROTOCOL_HEADER)
     conn.receive_data(frames.method_frame(0, make(
         spec.Connection.StartOk, client_properties=FieldTable(), mechanism="PLAIN",
         response=b"\x00guest\x00guest", locale="en_US")))
     conn.receive_data(frames.method_frame(0, make(spec.Connection.TuneOk, channel_max=100,
-                                                  frame_max=131072, heartbeat=0)))
+                                                  frame_max=131072, heartbeat=heartbeat)))
     conn.receive_data(frames.method_frame(0, make(spec.Connection.Open, virtual_host="/")))
     conn.receive_data(frames.method_frame(1, make(spec.Channel.Open)))
     out = methods(conn.data_to_send())
