@@ -76,6 +76,12 @@ BROKEN_CONTENT = {
     "a second header": _publish() + _header(2) + _header(2),
     "a body before the header": _publish() + frames.frame(frames.FRAME_BODY, 1, b"x"),
     "a publish before the body": _publish() + _header(2) + _publish(),
+    "a method before the header": _publish() + frames.method_frame(
+        1, make(spec.Queue.Declare, queue="pcd.x")),
+    "a method before the body": _publish() + _header(2) + frames.method_frame(
+        1, make(spec.Queue.Declare, queue="pcd.x")),
+    "a channel.close amid the content": _publish() + frames.method_frame(
+        1, make(spec.Channel.Close, reply_code=200, reply_text="")),
     "a body with no publish": frames.frame(frames.FRAME_BODY, 1, b"x"),
     "a header with no publish": _header(1),
 }
@@ -121,4 +127,7 @@ def test_broken_content_names_the_publish_it_belongs_to_as_rabbitmq(broker, rabb
     ours = broken_content(broker.url)
     assert ours == broken_content(rabbitmq_url)
     assert ours["a second header"][2:] == (60, 40)
+    assert ours["a method before the body"][:2] == (
+        505, "UNEXPECTED_FRAME - expected content body, got non content body frame instead")
+    assert ours["a channel.close amid the content"][2:] == (60, 40)
     assert ours["a body with no publish"][2:] == (0, 0)

@@ -332,7 +332,7 @@ class Connection:
             if due is not None:
                 raise out_of_place(due)  # amid a publish's content, as any method
             if isinstance(method, spec.Channel.Open):
-                raise channel_error("second 'channel.open' seen")
+                raise channel_error("second 'channel.open' seen").for_method(20, 10)
             if isinstance(method, spec.Channel.Close):
                 channel.release()
                 del self.channels[number]
@@ -371,7 +371,7 @@ class Connection:
             # still waits for its own close-ok.
             self._send_method(number, make(spec.Channel.CloseOk))
         elif isinstance(method, spec.Channel.Open):
-            raise channel_error("second 'channel.open' seen")
+            raise channel_error("second 'channel.open' seen").for_method(20, 10)
 
     def _publish(self, channel: Channel, payload: bytes) -> None:
         """basic.publish not read whole with its content."""
