@@ -146,9 +146,10 @@ class AMQPProtocol(asyncio.Protocol):
         elif conn.state == CLOSING and "close" not in self._timers:
             # The client closes the socket (its end reaches eof_received's
             # default: the transport closes) or answers our close; past
-            # the connection's bound it is closed for it (rabbit_reader's
-            # terminate_connection timer).
-            self._timers["close"] = self.loop.call_later(conn.close_timeout, transport.close)
+            # the connection's bound it is dropped, unsent output and all,
+            # whether the client reads or not (rabbit_reader's
+            # terminate_connection timer; RabbitMQ resets the socket).
+            self._timers["close"] = self.loop.call_later(conn.close_timeout, transport.abort)
         conn.flushed()
 
     def _schedule_heartbeat(self) -> None:
