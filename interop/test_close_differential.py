@@ -25,7 +25,7 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 
 from .rawclient import RawClient
-from .test_publish_close_differential import BROKEN_CONTENT
+from .test_publish_close_differential import BROKEN_CONTENT, broken_content
 
 OPEN_FOR = 0.3
 BOUND = 10.0
@@ -207,23 +207,16 @@ def test_a_closing_channel_takes_only_close_and_close_ok_as_rabbitmq(broker, rab
         "sent close-ok, channel.open", "got Channel.OpenOk on 1"]
 
 
+def close_channel_1(client: RawClient) -> None:
+    client.send_method(1, make(spec.Queue.Declare, queue="cd.ghost", passive=True))
+    assert isinstance(client.read_method()[1], spec.Channel.Close)
+
+
 def broken_content_on_a_closing_channel(url: str) -> dict:
     """The connection.close each broken content stream gets on a channel
     the broker has closed, on its own connection."""
-    seen = {}
-    for name, data in {**BROKEN_CONTENT, "channel.open": frames.method_frame(
-            1, make(spec.Channel.Open))}.items():
-        client = opened(url)
-        try:
-            client.send_method(1, make(spec.Queue.Declare, queue="cd.ghost", passive=True))
-            assert isinstance(client.read_method()[1], spec.Channel.Close)
-            client.send(data)
-            channel, close = client.read_method()
-        finally:
-            client.close()
-        assert (channel, type(close)) == (0, spec.Connection.Close), close
-        seen[name] = (close.reply_code, close.reply_text, close.class_id, close.method_id)
-    return seen
+    cases = {**BROKEN_CONTENT, "channel.open": frames.method_frame(1, make(spec.Channel.Open))}
+    return broken_content(url, cases, first=close_channel_1)
 
 
 def test_a_closing_channel_still_holds_content_to_its_place_as_rabbitmq(

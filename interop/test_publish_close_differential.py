@@ -87,13 +87,15 @@ BROKEN_CONTENT = {
 }
 
 
-def broken_content(url: str) -> dict:
+def broken_content(url: str, cases: dict = BROKEN_CONTENT, first=None) -> dict:
     """The connection.close each broken content stream gets, on its own
-    connection."""
+    connection (channel 1 open), after `first(client)` when given."""
     seen = {}
-    for name, data in BROKEN_CONTENT.items():
+    for name, data in cases.items():
         client = RawClient.for_url(url)
         try:
+            if first is not None:
+                first(client)
             client.send(data)
             channel, close = client.read_method()
         finally:

@@ -6,8 +6,6 @@ the broker closed follows its frames until close-ok, as rabbit_channel's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker
@@ -17,6 +15,7 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 
 from .test_connection_sansio import methods, open_connection, split_frames
+from .test_flow_control import Resources, Transport
 
 CLIENT_CLOSE = frames.method_frame(0, make(spec.Connection.Close, reply_code=200,
                                            reply_text="done"))
@@ -144,23 +143,6 @@ def test_shutdown_ends_a_connection_waiting_for_its_client():
     conn = closed_by_client()
     conn.shutdown(320, "broker forced connection closure with reason 'shutdown'")
     assert conn.close_after_flush and conn.data_to_send() == b""
-
-
-@dataclass
-class Resources:
-    alarms: set = field(default_factory=set)
-    store_busy: bool = False
-
-
-@dataclass
-class Transport:
-    calls: list = field(default_factory=list)
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
 
 
 def test_a_blocked_publisher_is_read_again_once_closing():
