@@ -104,3 +104,10 @@ class Console:
         """Wait until the column holds exactly `wanted` (in order)."""
         self.until(lambda: self.column(table_id, title) == wanted,
                    f"{table_id}.{title} never became {wanted}")
+
+
+def row_of(console: Console, message_id: str):
+    """The workbench's one row of `message_id`."""
+    rows = console.css(f'#messages tbody tr[data-message-id="{message_id}"]')
+    assert len(rows) == 1, message_id
+    return rows[0]

@@ -140,3 +140,57 @@ def etcd_cluster():
                 "etcd-server`, as .ci/run does)")
     with EtcdCluster(3) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Three broker nodes on a three-member etcd (heartbeats every 100 ms, a
+    1 s election timeout), yielded once one of them leads."""
+    from .cluster_nodes import BrokerCluster
+    from .etcd_cluster import EtcdCluster
+    with EtcdCluster(3, heartbeat_ms=100, election_ms=1000) as etcd:
+        with BrokerCluster(etcd, 3, tmp_path) as nodes:
+            nodes.wait_for_leader()
+            yield nodes
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> str:
+    """A data directory for a broker (pytest's tmp_path, as the path string
+    the broker's flags and config take)."""
+    return str(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for every local audit run of a test process."""
+    pytest.importorskip("pyspark")
+    from spark.session import build_session
+    session = build_session(conf={"spark.default.parallelism": "2"}, quick_jit=True)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def connect_server(tmp_path):
+    """A Spark Connect server on loopback: its sc:// URL."""
+    pytest.importorskip("pyspark")
+    from .spark_runs import spark_connect_server
+    with spark_connect_server(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless chromium for a module's browser tests."""
+    from .browser import start_chromium
+    driver = start_chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def console(broker, chromium):
+    """The web console of `broker` in that chromium."""
+    from .browser import Console
+    return Console(chromium, broker.management_url)

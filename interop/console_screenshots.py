@@ -18,10 +18,9 @@ import pika
 
 from amqp_server.testing import BrokerThread
 
-from .browser import Console, start_chromium
-from .test_console_browser import dead_letters_of_every_kind, row_of
-from .test_management import call
-from .test_stream_console_browser import STREAM, dead_letters_into_a_stream
+from .browser import Console, row_of, start_chromium
+from .dead_letters import STREAM, dead_letters_into_a_stream, dead_letters_of_every_kind
+from .management_api import call
 
 WIDTH = 1400
 STREAM_VHOST = "streams"

@@ -22,9 +22,12 @@ An HTML comment on the line before the fence changes that:
 
 Any other language needs a skip with its reason.
 
-A page is one session: one broker for the page on free ports, with its data
-in `./amqp-data` of a scratch directory that is the examples' working
-directory, and the page's blocks run in the order they appear. The
+The pages are one session, as a reader meets them: the README, then the
+documentation in the order of mkdocs.yml's nav, every block in the order
+it appears, all on one broker on free ports, with its data in
+`./amqp-data` of a scratch directory that is the examples' working
+directory. A page's examples therefore name their own exchanges and
+queues, or use those an earlier page made as that page left them. The
 addresses the examples are written with are those of `./scripts/serve`;
 they are rewritten to the page's broker: `127.0.0.1:5672` or
 `localhost:5672` (and `port-listener/5672`) to its AMQP port, `:15672` to
@@ -78,7 +81,12 @@ SCRIPT_TIMEOUT = 600  # the audit's first run on a new machine writes its class 
 
 
 def pages() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    """Every page, in the order a reader meets them: the README, then the
+    site's nav (the pages it leaves out last, by name)."""
+    nav = re.findall(r"^\s*-\s*[^:]+:\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(),
+                     re.MULTILINE)
+    listed = [DOCS / name for name in nav]
+    return [README, *listed, *sorted(set(DOCS.glob("*.md")) - set(listed))]
 
 
 @dataclass(frozen=True)
@@ -339,12 +347,7 @@ class Session:
 
 
 @contextmanager
-def session(page: Path, workdir: Path) -> Iterator[Session]:
-    """A broker for the page when one of its blocks needs it."""
-    wanted = any(block.runs and block.language in NEEDS_BROKER and block.marker != "pytest"
-                 for block in blocks(page))
-    if not wanted:
-        yield Session(None, workdir)
-        return
+def session(workdir: Path) -> Iterator[Session]:
+    """One broker for the pages' examples, run one after another in it."""
     with BrokerThread(data_dir=str(workdir / "amqp-data")) as broker:
         yield Session(broker, workdir)

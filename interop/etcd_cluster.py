@@ -52,14 +52,10 @@ def free_ports(count: int) -> list[int]:
     or node restarted on its old port must not find it taken by some
     client's connection meanwhile, which a port from the ephemeral range
     can be."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-            low = int(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
+    own = _own_ports()
     sockets = []
     try:
-        for candidate in random.sample(range(10_000, low), min(2000, low - 10_000)):
+        for candidate in random.sample(own, min(2000, len(own))):
             if candidate in _HANDED_OUT:
                 continue
             probe = socket.socket()
@@ -73,10 +69,29 @@ def free_ports(count: int) -> list[int]:
                 ports = [probe.getsockname()[1] for probe in sockets]
                 _HANDED_OUT.update(ports)
                 return ports
-        raise RuntimeError(f"no {count} free ports between 10000 and {low}")
+        raise RuntimeError(f"no {count} free ports between {own.start} and {own.stop}")
     finally:
         for probe in sockets:
             probe.close()
+
+
+def _own_ports() -> range:
+    """The ports from 10000 up to the ephemeral range, or under pytest-xdist
+    this worker's slice of them: workers are processes of their own, which
+    cannot see what another handed out (one worker's node could otherwise
+    take the port another's etcd member was about to bind)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            low = int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers < 2:
+        return range(10_000, low)
+    size = (low - 10_000) // workers
+    start = 10_000 + int(worker[2:]) * size
+    return range(start, start + size)
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:

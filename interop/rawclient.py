@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 
+import pika
 from pamqp import commands as spec
 
 from amqp_server.wire import frames
@@ -134,3 +135,14 @@ class RawClient:
             _, _, chunk = self.read_frame()
             body += chunk
         return reply, decode_properties(header[12:]), body
+
+
+def other_connections_still_work(broker):
+    """What a raw client broke closed its own connection only: a new one
+    declares, publishes and gets."""
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    channel = conn.channel()
+    channel.queue_declare("still-fine")
+    channel.basic_publish("", "still-fine", b"ok")
+    assert channel.basic_get("still-fine", auto_ack=True)[2] == b"ok"
+    conn.close()

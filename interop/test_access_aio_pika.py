@@ -10,7 +10,7 @@ import aio_pika
 import pytest
 from aiormq.exceptions import ChannelAccessRefused, ProbableAuthenticationError
 
-from .test_access import ctl
+from .users import ctl
 
 REFUSED = "ACCESS_REFUSED - access to {kind} '{name}' in vhost '/' refused for user 'bob'"
 

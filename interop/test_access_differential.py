@@ -11,7 +11,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from .test_access import connect, ctl
+from .users import connect, ctl
 
 USER, PASSWORD = "permcheck", "permcheck-pw"
 PERMS = (r"^pc\.", r"^pc\.|^amq\.default$", r"^pc\.")

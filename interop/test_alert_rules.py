@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlx.alerts import ALERTS, Thresholds
 
 from .conftest import missing
-from .test_grafana_dashboard import dashboard_metrics, metric_names
+from .metrics import dashboard_metrics, metric_names
 from .waiting import wait_for
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

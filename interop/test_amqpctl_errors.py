@@ -13,7 +13,7 @@ import pytest
 
 from policies import ctl
 
-from .test_management import call
+from .management_api import call
 
 USAGE, DATAERR, UNAVAILABLE = ctl.EX_USAGE, ctl.EX_DATAERR, ctl.EX_UNAVAILABLE
 
@@ -123,6 +123,13 @@ def test_an_unknown_column_suggests_the_near_one(broker, capsys):
     assert code == USAGE
     assert err.startswith('Error: list_queues: unknown column "mesages" '
                           '(did you mean "messages"?); valid columns: ')
+
+
+def test_the_help_names_each_verb_in_good_english(capsys):
+    assert ctl.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "set an operator policy" in out and "clear an operator policy" in out
+    assert " a operator" not in out
 
 
 # ---- the management API of another product -------------------------------------------

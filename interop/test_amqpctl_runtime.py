@@ -9,7 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pika
@@ -19,8 +21,8 @@ from pamqp import commands as spec
 from policies import ctl
 from policies.ctl.runtime import CONNECTION_COLUMNS, CONSUMER_COLUMNS
 
+from .management_api import http
 from .rawclient import RawClient
-from .test_management import http
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,6 +216,39 @@ def test_an_unknown_vhost_is_named(broker, capsys):
                                "Error: virtual host 'rt.nowhere' does not exist\n"), verb
 
 
+def test_delete_exchange_removes_it_and_its_bindings(broker, channel, capsys):
+    channel.exchange_declare("rt.x", "direct")
+    channel.queue_declare("rt.bound")
+    channel.queue_bind("rt.bound", "rt.x", "k")
+    code, out, err = run(broker, capsys, "delete_exchange", "rt.x")
+    assert (code, out, err) == (0, ["Deleting exchange 'rt.x' on vhost '/' ..."], "")
+    assert http(broker, "GET", "/api/exchanges/%2F/rt.x")[0] == 404
+    bindings = http(broker, "GET", "/api/queues/%2F/rt.bound/bindings")[1]
+    assert [b["source"] for b in bindings] == [""]  # the default exchange's alone
+
+
+def test_delete_exchange_if_unused_keeps_one_in_use(broker, channel, capsys):
+    channel.exchange_declare("rt.used", "fanout")
+    channel.queue_declare("rt.bound")
+    channel.queue_bind("rt.bound", "rt.used")
+    code, _, err = run(broker, capsys, "delete_exchange", "--if-unused", "rt.used")
+    assert (code, err) == (ctl.EX_DATAERR, "Error: 406 PRECONDITION_FAILED - exchange "
+                                           "'rt.used' in vhost '/' in use\n")
+    assert http(broker, "GET", "/api/exchanges/%2F/rt.used")[0] == 200
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["delete_exchange", "rt.none"], "Error: exchange 'rt.none' not found in vhost '/'\n"),
+    (["delete_exchange", "rt.none", "-p", "rt.nowhere"],
+     "Error: virtual host 'rt.nowhere' does not exist\n"),
+    (["delete_exchange", "amq.direct"], "Error: access refused: ACCESS_REFUSED - deletion of "
+                                        "system exchange 'amq.direct' in vhost '/' not allowed\n"),
+])
+def test_delete_exchange_says_why_it_did_not(broker, capsys, argv, error):
+    code, _, err = run(broker, capsys, *argv)
+    assert err == error and code != 0
+
+
 def test_the_amqp_port_is_refused_clearly(broker, capsys):
     code = ctl.main(["--port", str(broker.port), "list_queues"])
     out, err = capsys.readouterr()
@@ -223,10 +258,50 @@ def test_the_amqp_port_is_refused_clearly(broker, capsys):
                    "management port (15672 by default)\n")
 
 
-def test_another_http_server_is_refused_clearly(broker, capsys):
+def test_the_prometheus_port_is_named_as_what_was_reached(broker, capsys):
     port = broker.prometheus_url.rsplit(":", 1)[1]
     assert ctl.main(["--port", port, "list_queues"]) == ctl.EX_UNAVAILABLE
-    assert "is not a management API: it has no such API" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"Error: http://127.0.0.1:{port}/api is not a management API: it has no such API "
+        "(a 404 without JSON), and it serves Prometheus metrics at /metrics: that is a "
+        "Prometheus port; --port must name the management port (15672 by default)\n")
+
+
+def test_rabbitmqs_prometheus_port_is_not_said_to_lack_the_vhost(rabbitmq_prometheus_url,
+                                                                 capsys):
+    """RabbitMQ's Prometheus plugin answers every path with a JSON 404, as
+    the management API answers a missing object: amqpctl said "virtual host
+    '/' does not exist"."""
+    port = rabbitmq_prometheus_url.rsplit(":", 1)[1]
+    for argv in (["list_queues"], ["delete_queue", "rt.anything"]):
+        assert ctl.main(["--port", port, *argv]) == ctl.EX_UNAVAILABLE
+        assert capsys.readouterr().err == (
+            f"Error: http://127.0.0.1:{port}/api is not a management API: it has no "
+            "/api/overview, and it serves Prometheus metrics at /metrics: that is a "
+            "Prometheus port; --port must name the management port (15672 by default)\n")
+
+
+def test_another_http_server_is_refused_without_a_guess(capsys):
+    with ThreadingHTTPServer(("127.0.0.1", 0), _NotFound) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            port = server.server_address[1]
+            assert ctl.main(["--port", str(port), "list_queues"]) == ctl.EX_UNAVAILABLE
+        finally:
+            server.shutdown()
+            thread.join(timeout=5)
+    assert capsys.readouterr().err == (
+        f"Error: http://127.0.0.1:{port}/api is not a management API: it has no such API "
+        "(a 404 without JSON); --port must name the management port (15672 by default)\n")
+
+
+class _NotFound(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def test_the_installed_command_runs(broker):

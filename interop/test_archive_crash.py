@@ -19,7 +19,7 @@ import pytest
 
 from amqp_server.storage.archive import ARCHIVE_DIR
 
-from .test_durability import BrokerProcess, data_dir  # noqa: F401 (a fixture)
+from .broker_process import BrokerProcess
 
 DLQ = "crash.dlq"
 DIED = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
@@ -63,7 +63,7 @@ def ready(url: str) -> int:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_no_confirmed_dead_letter_is_lost_when_the_broker_is_killed_while_archiving(
-        data_dir, seed):  # noqa: F811
+        data_dir, seed):
     rng = random.Random(seed)
     confirmed: list[str] = []
     for round_ in range(2):

@@ -12,7 +12,7 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_management import http
+from .management_api import http
 from .waiting import wait_for, wait_get
 
 WORK = {"x-max-delivery-attempts": 1, "x-dead-letter-address": "DLA",

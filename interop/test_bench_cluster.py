@@ -13,8 +13,9 @@ import pytest
 from bench import cluster as bench
 from interop.etcd_cluster import etcd_binary
 
-pytestmark = pytest.mark.skipif(etcd_binary() is None,
-                                reason="etcd is not installed (Debian's etcd-server)")
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(etcd_binary() is None,
+                                 reason="etcd is not installed (Debian's etcd-server)")]
 
 
 @pytest.fixture(scope="module")

@@ -14,27 +14,13 @@ import pika
 import pika.exceptions
 import pytest
 
-from interop.cluster_nodes import BrokerCluster
-from interop.etcd_cluster import EtcdCluster, etcd_binary
+from interop.etcd_cluster import etcd_binary
 
-pytestmark = pytest.mark.skipif(etcd_binary() is None,
-                                reason="etcd is not installed (Debian's etcd-server)")
+from .cluster_clients import leader_of, parameters
 
-
-@pytest.fixture
-def cluster(tmp_path):
-    with EtcdCluster(3, heartbeat_ms=100, election_ms=1000) as etcd:
-        with BrokerCluster(etcd, 3, tmp_path) as nodes:
-            nodes.wait_for_leader()
-            yield nodes
-
-
-def parameters(nodes, first=None):
-    """pika's list of every node, the given one first."""
-    order = sorted(nodes.nodes, key=lambda node: node is not first)
-    return [pika.ConnectionParameters("127.0.0.1", node.amqp_port, connection_attempts=1,
-                                      socket_timeout=3, blocked_connection_timeout=10)
-            for node in order if node.running]
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(etcd_binary() is None,
+                                 reason="etcd is not installed (Debian's etcd-server)")]
 
 
 class ConfirmingPublisher(threading.Thread):
@@ -106,10 +92,6 @@ def drain(nodes, queue: str, seconds: float = 20.0) -> list[bytes]:
         channel.basic_ack(method.delivery_tag)
     connection.close()
     return got
-
-
-def leader_of(nodes, among=None, in_sync=2):
-    return nodes.wait_for_leader(among=among, in_sync=in_sync)
 
 
 def test_kill_9_of_the_leader_under_confirmed_load_loses_no_confirmed_message(cluster):

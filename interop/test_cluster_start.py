@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from interop.etcd_cluster import free_ports
+
+pytestmark = pytest.mark.cluster
 
 
 def start(tmp_path, *flags: str, secret: str | None = "s3cret") -> subprocess.CompletedProcess:

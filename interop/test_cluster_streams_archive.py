@@ -13,24 +13,16 @@ from pathlib import Path
 import pika
 import pytest
 
-from interop.cluster_nodes import BrokerCluster
-from interop.etcd_cluster import EtcdCluster, etcd_binary
+from interop.cluster_clients import leader_of, parameters
+from interop.etcd_cluster import etcd_binary
 from interop.stream_scenarios import consume
-from interop.test_cluster_failover import leader_of, parameters
 from interop.waiting import wait_for, wait_get_noack
 
-pytestmark = pytest.mark.skipif(etcd_binary() is None,
-                                reason="etcd is not installed (Debian's etcd-server)")
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(etcd_binary() is None,
+                                 reason="etcd is not installed (Debian's etcd-server)")]
 
 STREAM_DIR = f"streams/{b'/'.hex()}/{b'events'.hex()}"
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    with EtcdCluster(3, heartbeat_ms=100, election_ms=1000) as etcd:
-        with BrokerCluster(etcd, 3, tmp_path) as nodes:
-            nodes.wait_for_leader()
-            yield nodes
 
 
 def channel_on(cluster, node=None):

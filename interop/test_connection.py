@@ -16,6 +16,8 @@ from amqp_server.wire.methods import make
 from amqp_server.wire.table import FieldTable, encode_table
 from interop.rawclient import RawClient
 
+from .rawclient import other_connections_still_work
+
 
 def expect_connection_close(client: RawClient, code: int) -> spec.Connection.Close:
     channel, close = client.read_method()
@@ -161,15 +163,6 @@ def test_tune_ok_frame_max_above_server_is_refused(broker):
 
 
 # ---- malformed frames: each closes only its own connection ------------------
-
-def other_connections_still_work(broker):
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    channel = conn.channel()
-    channel.queue_declare("still-fine")
-    channel.basic_publish("", "still-fine", b"ok")
-    assert channel.basic_get("still-fine", auto_ack=True)[2] == b"ok"
-    conn.close()
-
 
 # Properties with a headers table (12 octets) whose CC array claims 2 GB.
 CC_ARRAY_PAST_ITS_TABLE = (b"\x20\x00" + struct.pack(">I", 12) + b"\x02CCA"

@@ -19,11 +19,13 @@ from pika.exceptions import AMQPConnectionError
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .browser import Console, start_chromium
-from .test_access import ctl
-from .test_management import http
-from .test_workbench_api import count, dead_letters
+from .browser import Console, row_of
+from .dead_letters import count, dead_letters, dead_letters_of_every_kind
+from .management_api import http
+from .users import ctl
 from .waiting import wait_for, wait_get_noack
+
+pytestmark = pytest.mark.browser
 
 PW = "pw"
 # The console's colours for the lines these tests look for (console.js).
@@ -32,61 +34,11 @@ REJECTED_RED = (0xC8, 0x32, 0x2C)  # rejected in a dead-letter chart
 DATE_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    driver = start_chromium()
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture
-def console(broker, chromium):
-    return Console(chromium, broker.management_url)
-
-
 def add_user(broker, name: str, tags: str, vhost: str | None = None) -> None:
     assert ctl(broker, "add_user", name, PW) == 0
     assert ctl(broker, "set_user_tags", name, *tags.split()) == 0
     if vhost is not None:
         assert ctl(broker, "set_permissions", "-p", vhost, name, ".*", ".*", ".*") == 0
-
-
-def dead_letters_of_every_kind(channel) -> None:
-    """orders.dlq (through fanout dlx) receives one message rejected from
-    `orders`, one expired in `orders.ttl`, one pushed out of `orders.capped`
-    by its length limit; all published through exchange `shop`."""
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare("orders.dlq", durable=True)
-    channel.queue_bind("orders.dlq", "dlx")
-    channel.exchange_declare("shop", "direct")
-    for queue, key, extra in (("orders", "order", {}), ("orders.ttl", "ttl", {"x-message-ttl": 1}),
-                              ("orders.capped", "capped", {"x-max-length": 1})):
-        channel.queue_declare(queue, durable=True,
-                              arguments={"x-dead-letter-exchange": "dlx", **extra})
-        channel.queue_bind(queue, "shop", key)
-    channel.confirm_delivery()
-
-    def send(key: str, message_id: str, body: bytes) -> None:
-        channel.basic_publish("shop", key, body, pika.BasicProperties(
-            message_id=message_id, delivery_mode=2, content_type="application/json",
-            headers={"trace": message_id}))
-
-    send("order", "rejected-1", b'{"sku": "A-1", "qty": 2}')
-    method, _props, _body = wait_get_noack(channel, "orders")
-    channel.basic_reject(method.delivery_tag, requeue=False)
-    send("ttl", "expired-1", b'{"sku": "B-2"}')
-    assert wait_for(lambda: count(channel, "orders.dlq") == 2, 10)
-    send("capped", "maxlen-1", b"\x00\x01 not text \xff")
-    send("capped", "kept-1", b'{"sku": "C-3"}')
-    assert wait_for(lambda: count(channel, "orders.dlq") == 3, 10)
-    # The survivor leaves, so that a redriven message finds room again.
-    assert wait_get_noack(channel, "orders.capped")[2] == b'{"sku": "C-3"}'
-
-
-def row_of(console: Console, message_id: str):
-    rows = console.css(f'#messages tbody tr[data-message-id="{message_id}"]')
-    assert len(rows) == 1, message_id
-    return rows[0]
 
 
 # How far a chart's line of one colour rises on its canvas, in pixels: the
@@ -275,6 +227,37 @@ def test_workbench_browses_filters_and_redrives_dead_letters_back_with_their_his
     assert body == b"\x00\x01 not text \xff"
     assert props.headers["x-death"][0]["reason"] == "maxlen"
     assert count(channel, "orders.dlq") == 1
+
+
+def test_a_pages_address_opens_it_after_login_with_the_workbenchs_filter(broker, console,
+                                                                         channel):
+    """A link to a page, opened by someone not logged in yet, shows that
+    page once they are; a queue's workbench keeps its filter in the address,
+    so the filtered list is a link too."""
+    dead_letters_of_every_kind(channel)
+    console.driver.get(console.base + "/")
+    console.driver.execute_script("sessionStorage.clear()")
+    console.driver.get(console.base + "/?fresh#/dead-letters/%2F/orders.dlq?reason=expired")
+    console.until(lambda: console.find("login").is_displayed())
+    console.type("login-username", "guest")
+    console.type("login-password", "guest")
+    console.find("login-submit").click()
+    console.shows("messages", "Message id", ["expired-1"])
+    assert console.find("filter-reason").get_attribute("value") == "expired"
+
+    console.find("filter-reset").click()
+    console.shows("messages", "Message id", ["rejected-1", "expired-1", "maxlen-1"])
+    assert console.driver.current_url.endswith("#/dead-letters/%2F/orders.dlq")
+    console.type("filter-body", "sku")
+    console.find("filter-apply").click()
+    console.shows("messages", "Message id", ["rejected-1", "expired-1"])
+    filtered = console.driver.current_url
+    assert filtered.endswith("#/dead-letters/%2F/orders.dlq?body=sku")
+
+    console.open("queues")
+    console.driver.get(filtered)
+    console.shows("messages", "Message id", ["rejected-1", "expired-1"])
+    assert console.find("filter-body").get_attribute("value") == "sku"
 
 
 def test_move_and_delete_all_filtered_messages_with_progress(broker, console, channel):

@@ -4,19 +4,8 @@ first page shows beyond RabbitMQ's fields: dead letters by reason, alarms."""
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
-from .test_management import http
-from .test_workbench_api import dead_letters
-
-
-def fetch(broker, path: str):
-    try:
-        with urllib.request.urlopen(broker.management_url + path, timeout=10) as response:
-            return response.status, response.headers, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, exc.read()
+from .dead_letters import dead_letters
+from .management_api import fetch, http
 
 
 def test_the_page_and_its_files_are_served_from_the_package(broker):

@@ -13,7 +13,7 @@ from pathlib import Path
 import amqp_server
 from amqp_server.management import console
 
-from .test_console_files import fetch
+from .management_api import fetch
 
 PACKAGE = Path(amqp_server.__file__).parent
 VENDOR = PACKAGE / "management" / "console" / "vendor"

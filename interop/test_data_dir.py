@@ -7,11 +7,9 @@ second one exits at once saying so."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pika
@@ -24,16 +22,9 @@ from amqp_server.server import ListenError, Server
 from amqp_server.storage.lock import DataDirError
 from amqp_server.testing import BrokerThread
 
-from .test_durability import BrokerProcess, drain
+from .broker_process import BrokerProcess, drain
 
 QUEUE = "durable-work"
-
-
-@pytest.fixture
-def data_dir():
-    path = tempfile.mkdtemp(prefix="amqp-lock-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def start_fails(data_dir: str, *flags: str) -> tuple[int, str]:

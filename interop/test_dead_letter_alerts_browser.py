@@ -12,8 +12,10 @@ import pytest
 from amqp_server.testing import BrokerThread
 
 from .browser import Console, start_chromium
-from .test_management import http
+from .management_api import http
 from .waiting import wait_for, wait_get_noack
+
+pytestmark = pytest.mark.browser
 
 # A dead letter older than a second alerts; the broker looks every second.
 CONFIG = {"port": 0, "management-port": 0, "prometheus-port": 0,

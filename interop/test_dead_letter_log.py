@@ -13,15 +13,7 @@ import pika
 from amqp_server.storage.dead_letter_log import LogFiles
 from dlx.events import FIELD_NAMES
 
-
-def read_events(broker, expected: int, timeout: float = 10.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        files = sorted((broker.broker.dead_letter_log.directory).glob("*.ndjson"))
-        lines = [line for path in files for line in path.read_text().splitlines()]
-        if len(lines) >= expected or time.monotonic() > deadline:
-            return [json.loads(line) for line in lines]
-        time.sleep(0.05)
+from .dead_letters import read_events
 
 
 def test_every_death_is_logged(broker, channel):

@@ -21,7 +21,7 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.storage.archive import ARCHIVE_DIR
 from amqp_server.testing import BrokerThread
 
-from .test_management import amqpctl, http
+from .management_api import amqpctl, http
 from .waiting import wait_for, wait_get_noack
 
 CONFIG = {"port": 0, "management-port": 0, "prometheus-port": -1}

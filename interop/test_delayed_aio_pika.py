@@ -8,7 +8,7 @@ import asyncio
 import aio_pika
 import pytest
 
-from .test_dlx_aio_pika import next_message
+from .waiting import next_message
 
 LONG = 60_000
 

@@ -13,15 +13,16 @@ import pytest
 
 from interop.etcd_cluster import etcd_binary
 
-from .test_cluster_failover import cluster, leader_of, parameters  # noqa: F401 (fixture)
+from .cluster_clients import leader_of, parameters
 
-pytestmark = pytest.mark.skipif(etcd_binary() is None,
-                                reason="etcd is not installed (Debian's etcd-server)")
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(etcd_binary() is None,
+                                 reason="etcd is not installed (Debian's etcd-server)")]
 
 DELAYS = [3000, 1500, 2500, 2000]
 
 
-def test_delayed_messages_survive_a_failover(cluster):  # noqa: F811
+def test_delayed_messages_survive_a_failover(cluster):
     connection = pika.BlockingConnection(parameters(cluster))
     channel = connection.channel()
     channel.confirm_delivery()

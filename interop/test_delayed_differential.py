@@ -11,7 +11,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from .test_dlx_differential import Scenario, same
+from .differential import Scenario, same
 
 
 def test_a_ttl_retry_queue_loop_looks_the_same(broker, rabbitmq_url):

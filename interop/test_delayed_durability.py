@@ -12,8 +12,8 @@ import time
 import pika
 import pytest
 
-from .test_delayed_pika import collect, delayed, publish
-from .test_durability import BrokerProcess, data_dir  # noqa: F401 (fixture)
+from .broker_process import BrokerProcess
+from .delayed import collect, delayed, drain, publish
 
 DELAYS = [2500, 1000, 2000, 1500, 3000, 1200]
 
@@ -31,17 +31,8 @@ def declare_and_publish(url: str, delays, delivery_mode: int = 2) -> None:
     conn.close()
 
 
-def drain(url: str, count: int, seconds: float = 15.0) -> list[bytes]:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    channel = conn.channel()
-    got = [body for body, _ in collect(channel, "dq", count, seconds)]
-    got += [body for body, _ in collect(channel, "dq", 1, seconds=0.5)]  # nothing more
-    conn.close()
-    return got
-
-
 @pytest.mark.parametrize("stop", ["restart", "kill -9"])
-def test_delayed_messages_survive(data_dir, stop):  # noqa: F811
+def test_delayed_messages_survive(data_dir, stop):
     broker = BrokerProcess(data_dir)
     try:
         declare_and_publish(broker.url, DELAYS)
@@ -55,7 +46,7 @@ def test_delayed_messages_survive(data_dir, stop):  # noqa: F811
         broker.stop()
 
 
-def test_messages_due_while_the_broker_was_down_are_routed_at_boot(data_dir):  # noqa: F811
+def test_messages_due_while_the_broker_was_down_are_routed_at_boot(data_dir):
     broker = BrokerProcess(data_dir)
     try:
         declare_and_publish(broker.url, [300, 100, 200])
@@ -67,7 +58,7 @@ def test_messages_due_while_the_broker_was_down_are_routed_at_boot(data_dir):  #
         broker.stop()
 
 
-def test_transient_messages_are_kept_too(data_dir):  # noqa: F811
+def test_transient_messages_are_kept_too(data_dir):
     # The plugin writes every delayed message to its disc table, whatever
     # its delivery mode; routed after the restart, it enters the queue.
     broker = BrokerProcess(data_dir)
@@ -80,7 +71,7 @@ def test_transient_messages_are_kept_too(data_dir):  # noqa: F811
         broker.stop()
 
 
-def test_a_routed_delayed_message_is_not_routed_again_after_a_restart(data_dir):  # noqa: F811
+def test_a_routed_delayed_message_is_not_routed_again_after_a_restart(data_dir):
     broker = BrokerProcess(data_dir)
     try:
         declare_and_publish(broker.url, [100])

@@ -10,38 +10,12 @@ run.  No timing is asserted: messages are looked for until a bound, and
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 
-from .test_management import http
-from .waiting import wait_for, wait_get, wait_get_noack
-
-LONG = 60_000  # ms: a delay no test outlives
-
-
-def delayed(channel, name="dx", routing_type="direct", durable=False, **extra):
-    channel.exchange_declare(name, "x-delayed-message", durable=durable,
-                             arguments={"x-delayed-type": routing_type, **extra})
-
-
-def publish(channel, exchange, key, body, delay, mandatory=False, **props):
-    headers = props.pop("headers", {})
-    if delay is not None:
-        headers["x-delay"] = delay
-    channel.basic_publish(exchange, key, body,
-                          pika.BasicProperties(headers=headers, **props), mandatory=mandatory)
-
-
-def collect(channel, queue, count, seconds=10.0):
-    got = []
-    deadline = time.monotonic() + seconds
-    while len(got) < count and time.monotonic() < deadline:
-        method, props, body = wait_get(channel, queue, 0.2)
-        if method is not None:
-            got.append((body, props))
-    return got
+from .delayed import LONG, collect, delayed, publish
+from .management_api import http
+from .waiting import wait_for, wait_get_noack
 
 
 def test_messages_arrive_in_delay_order(channel):

@@ -5,20 +5,10 @@ quorum queues keep their return counts as RabbitMQ's log does)."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import pika
-import pytest
 
-from .test_durability import BrokerProcess
-
-
-@pytest.fixture
-def data_dir():
-    path = tempfile.mkdtemp(prefix="amqp-counts-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+from .broker_process import BrokerProcess
 
 
 def channel_of(broker):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import aio_pika
 import pytest
 from aio_pika.exceptions import DeliveryError
+
+from .waiting import next_message
 
 
 async def setup(channel, **arguments):
@@ -17,17 +17,6 @@ async def setup(channel, **arguments):
     work = await channel.declare_queue("work", durable=durable, arguments={
         "x-dead-letter-exchange": "dlx", **arguments})
     return work, dlq
-
-
-async def next_message(queue, timeout: float = 5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        message = await queue.get(no_ack=True, fail=False)
-        if message is not None:
-            return message
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"nothing arrived in {queue.name}")
-        await asyncio.sleep(0.02)
 
 
 async def publish(channel, body: bytes, **kw):

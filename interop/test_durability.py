@@ -6,11 +6,6 @@ right redelivered flag.  Bounded: a few kill points, each a second or two."""
 from __future__ import annotations
 
 import random
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,30 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 
-QUEUE = "durable-work"
-
-
-class BrokerProcess:
-    def __init__(self, data_dir: str, config: str | None = None) -> None:
-        extra = ["--config", config] if config else []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-             "--prometheus-port", "-1", "--data-dir", data_dir, "--log-level", "warning", *extra],
-            stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert "listening on" in line, line
-        self.url = f"amqp://guest:guest@127.0.0.1:{int(line.rsplit(':', 1)[1])}/%2F"
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+from .broker_process import QUEUE, BrokerProcess, drain
 
 
 def publisher(url: str, name: str, confirmed: list, stop: threading.Event) -> None:
@@ -57,26 +29,6 @@ def publisher(url: str, name: str, confirmed: list, stop: threading.Event) -> No
             n += 1
     except Exception:
         return  # the broker died under us: expected
-
-
-def drain(url: str) -> list[tuple[bytes, bool]]:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    channel = conn.channel()
-    got = []
-    while True:
-        method, _, body = channel.basic_get(QUEUE, auto_ack=True)
-        if method is None:
-            break
-        got.append((body, method.redelivered))
-    conn.close()
-    return got
-
-
-@pytest.fixture
-def data_dir():
-    path = tempfile.mkdtemp(prefix="amqp-crash-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize("round_", range(4))

@@ -17,6 +17,8 @@ from amqp_server.cluster.etcd import (
     range_op,
 )
 
+pytestmark = pytest.mark.cluster
+
 
 def first(cluster, member):
     """The cluster's endpoints with `member`'s first: where requests go first."""

@@ -12,6 +12,8 @@ import pytest
 
 from .etcd_contender import ContenderProcess
 
+pytestmark = pytest.mark.cluster
+
 # Longer than etcd's smallest lease TTL with the harness's flags (4 s), plus
 # a loaded machine's delays.
 WAIT = 30.0

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from .test_management import call
+from .management_api import call
 from .waiting import wait_for
 
 

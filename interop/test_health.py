@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pika
 
-from .test_management import call
+from .management_api import call
 
 PASSWORD = "pw-health"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from .test_management import call
+from .management_api import call
 
 PASSWORD = "pw-health-diff"
 VHOST = "hd.other"

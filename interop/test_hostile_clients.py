@@ -16,8 +16,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
-from interop.rawclient import RawClient
-from interop.test_connection import other_connections_still_work
+from interop.rawclient import RawClient, other_connections_still_work
 from interop.waiting import wait_for
 
 

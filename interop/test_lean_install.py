@@ -1,9 +1,10 @@
-"""The broker's own install is lean: `pip install amqp-server` and
-./scripts/serve bring the broker and its dependencies (uvloop among them,
-and pyarrow, which writes the dead-letter archive), nothing of the audit,
-the tests or the fuzzer, which are extras.  In a venv with the base install
-alone the broker starts and answers, amqpctl works, and amqp-dlq-audit says
-in one line which extra it needs; in the test venv, where everything is
+"""The broker's own install is lean: the wheel the README says how to build
+(and ./scripts/serve) bring the broker and its dependencies (uvloop among
+them, and pyarrow, which writes the dead-letter archive), nothing of the
+audit, the tests or the fuzzer, which are extras.  The wheel holds the web
+console's files; in a new venv with it alone installed the broker starts
+and answers, serves its console, amqpctl works, and amqp-dlq-audit says in
+one line which extra it needs; in the test venv, where everything is
 installed, the broker still imports none of it, nor pyarrow: only its
 archive's writer process loads that."""
 
@@ -18,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -46,18 +49,30 @@ def run(*command, timeout: float = 120, **options) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def base_venv(tmp_path_factory) -> Path:
-    """A new venv with `pip install <checkout>` and no extra, built from a
+def wheel(tmp_path_factory) -> Path:
+    """The wheel the README builds (`pip wheel --no-deps -w dist .`), from a
     copy of the checkout (an in-tree build would write build/ into it)."""
-    work = tmp_path_factory.mktemp("lean")
+    work = tmp_path_factory.mktemp("wheel")
     checkout = work / "checkout"
     shutil.copytree(ROOT, checkout, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "__pycache__", "*.egg-info", "build", "amqp-data", ".hypothesis"))
-    venv = work / "venv"
+        ".venv", ".git", "__pycache__", "*.egg-info", "build", "dist", "amqp-data",
+        ".hypothesis"))
+    built = run(sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check",
+                "--no-deps", "-w", work / "dist", checkout,
+                timeout=600)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (path,) = (work / "dist").glob("amqp_server-*-py3-none-any.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def base_venv(tmp_path_factory, wheel) -> Path:
+    """A new venv with the wheel installed and no extra."""
+    venv = tmp_path_factory.mktemp("lean") / "venv"
     made = run(sys.executable, "-m", "venv", venv)
     assert made.returncode == 0, made.stderr
     installed = run(venv / "bin" / "python", "-m", "pip", "install",
-                    "--disable-pip-version-check", checkout, timeout=900)
+                    "--disable-pip-version-check", wheel, timeout=900)
     if installed.returncode != 0:
         said = installed.stdout + installed.stderr
         if any(words in said for words in UNREACHABLE):
@@ -123,6 +138,37 @@ def handshake_and_declare(port: int, queue: str) -> None:
     client.close()
 
 
+@pytest.mark.slow  # builds the wheel, installs it into a new venv
+def test_the_wheel_holds_the_consoles_files_and_the_console_scripts(wheel):
+    console = ROOT / "amqp_server" / "management" / "console"
+    wanted = {path.relative_to(ROOT).as_posix() for path in console.rglob("*")
+              if path.is_file() and "__pycache__" not in path.parts}
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (entry_points,) = [name for name in names if name.endswith("entry_points.txt")]
+        scripts = archive.read(entry_points).decode()
+    assert wanted and wanted <= names, sorted(wanted - names)
+    for script in ("amqp-server", "amqpctl", "amqp-dlq-audit"):
+        assert f"{script} = " in scripts
+
+
+@pytest.mark.slow  # builds the wheel, installs it into a new venv
+def test_the_installed_wheel_serves_the_web_console(base_venv, tmp_path):
+    broker = Broker(base_venv / "bin", tmp_path / "data")
+    try:
+        base = f"http://127.0.0.1:{broker.management_port}"
+        for path, kind in (("/", "text/html"), ("/console/console.js", "javascript"),
+                           ("/console/console.css", "text/css"),
+                           ("/console/vendor/uPlot.iife.min.js", "javascript")):
+            with urllib.request.urlopen(base + path, timeout=10) as response:
+                assert response.status == 200 and kind in response.headers["Content-Type"]
+                assert response.read()
+    finally:
+        err = broker.stop()
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # builds the wheel, installs it into a new venv
 def test_the_base_install_brings_the_broker_uvloop_and_pyarrow_and_no_extra(base_venv):
     python = base_venv / "bin" / "python"
     assert importable(python, ["amqp_server", "dlx", "policies", "uvloop", "pyarrow"]) == [
@@ -130,6 +176,7 @@ def test_the_base_install_brings_the_broker_uvloop_and_pyarrow_and_no_extra(base
     assert importable(python, EXTRAS) == []
 
 
+@pytest.mark.slow  # builds the wheel, installs it into a new venv
 def test_the_broker_of_the_base_install_starts_and_answers(base_venv, tmp_path):
     broker = Broker(base_venv / "bin", tmp_path / "data")
     try:
@@ -143,13 +190,14 @@ def test_the_broker_of_the_base_install_starts_and_answers(base_venv, tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # builds the wheel, installs it into a new venv
 def test_the_audit_of_the_base_install_names_the_extra_it_needs(base_venv, tmp_path):
     done = run(base_venv / "bin" / "amqp-dlq-audit", "--data-dir", tmp_path,
                "--out", tmp_path / "report")
     assert done.returncode == 69  # EX_UNAVAILABLE
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "pip install 'amqp-server[audit]'" in lines[0]
+    assert "pip install '.[audit]' in a checkout" in lines[0]
 
 
 def test_the_broker_and_amqpctl_import_none_of_the_extras(tmp_path):

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from .test_management import call
+from .management_api import call
 
 LENGTHS = {"a": 2, "b": 10, "c": 1}  # sorted as numbers: c, a, b; as text: c, b, a
 

@@ -12,8 +12,8 @@ from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from policies.ctl import main as amqpctl
 
-from .test_access import connect, ctl
-from .test_management import http
+from .management_api import http
+from .users import connect, ctl
 
 PW = "pw"
 MESSAGE = {"routing_key": "secret", "payload": "x", "payload_encoding": "string",

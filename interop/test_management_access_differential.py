@@ -9,7 +9,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from .test_management import call
+from .management_api import call
 
 PASSWORD = "pw-mgmt-diff"
 # user -> (tags, {vhost: (configure, write, read)})

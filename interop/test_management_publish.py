@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pika
 
-from .test_management import http
-from .test_prometheus import scrape, value
+from .management_api import http
+from .metrics import scrape, value
 from .waiting import wait_for
 
 REFUSED = (400, {"error": "bad_request",

@@ -11,7 +11,7 @@ import uuid
 import pika
 import pytest
 
-from .test_management import call
+from .management_api import call
 from .waiting import wait_for
 
 FULL = {"x-max-length": 0, "x-overflow": "reject-publish"}

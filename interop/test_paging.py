@@ -4,28 +4,18 @@ back in order, persistent and transient alike, across a restart too."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import pika
-import pytest
 
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_management import http
+from .management_api import http
 from .waiting import wait_for
 
 THRESHOLD = 100
 COUNT = 3000
-
-
-@pytest.fixture
-def data_dir():
-    path = tempfile.mkdtemp(prefix="amqp-paging-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def paging_broker(data_dir: str, **config) -> BrokerThread:

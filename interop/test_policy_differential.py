@@ -33,8 +33,8 @@ import pytest
 
 from policies import ctl
 
-from .test_dlx_differential import Scenario
-from .test_management import call
+from .differential import Scenario
+from .management_api import call
 
 RABBITMQCTL = shutil.which("rabbitmqctl")
 

@@ -16,8 +16,8 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_durability import BrokerProcess
-from .test_management import http
+from .broker_process import BrokerProcess
+from .management_api import http
 from .waiting import wait_for, wait_get
 
 PRIORITIES = [None, 1, 5, 10, 11, 255, 3, 5, 0, 7]

@@ -8,27 +8,11 @@ import urllib.request
 
 import pika
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from amqp_server.testing import BrokerThread
 
+from .metrics import scrape, value
 from .waiting import wait_for, wait_get_noack
-
-
-def scrape(broker, path: str = "/metrics") -> dict:
-    """{metric family name: {frozenset(labels): value}} of one scrape."""
-    with urllib.request.urlopen(broker.prometheus_url + path, timeout=10) as response:
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = response.read().decode()
-    found: dict = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, {})[frozenset(sample.labels.items())] = sample.value
-    return found
-
-
-def value(metrics: dict, name: str, **labels) -> float:
-    return metrics[name][frozenset(labels.items())]
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties, encode_properties
 
+from .management_api import call
 from .rawclient import RawClient
-from .test_management import call
 
 BODY = b"ab"
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from .test_access import ctl
-from .test_management import http
-from .test_workbench_api import dead_letters
+from .dead_letters import dead_letters
+from .management_api import http
+from .users import ctl
 from .waiting import wait_get_noack
 
 RANGE = "lengths_age=60&lengths_incr=5&msg_rates_age=60&msg_rates_incr=5"

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import pika
 import pytest
 
-from .test_management import call
+from .management_api import call
 from .waiting import wait_get_noack
 
 RANGE = "lengths_age=60&lengths_incr=5&msg_rates_age=60&msg_rates_incr=5"

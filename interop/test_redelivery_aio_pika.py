@@ -8,7 +8,7 @@ import asyncio
 
 import aio_pika
 
-from .test_dlx_aio_pika import next_message
+from .waiting import next_message
 
 
 async def test_delayed_redelivery_then_dead_letter_address(broker):

@@ -11,9 +11,8 @@ import time
 
 import pika
 
-from .test_delayed_durability import drain
-from .test_delayed_pika import collect
-from .test_durability import BrokerProcess, data_dir  # noqa: F401 (fixture)
+from .broker_process import BrokerProcess
+from .delayed import collect, drain
 
 LONG = 60_000
 
@@ -67,7 +66,7 @@ def test_a_scheduled_string_time_is_read_and_garbage_ignored(channel):
     assert [body for body, _ in collect(channel, "sq", 2)] == [b"garbage", b"string"]
 
 
-def test_scheduled_messages_survive_kill_9(data_dir):  # noqa: F811
+def test_scheduled_messages_survive_kill_9(data_dir):
     broker = BrokerProcess(data_dir)
     try:
         conn = pika.BlockingConnection(pika.URLParameters(broker.url))

@@ -11,15 +11,12 @@ the standalone cluster and Spark Connect are in test_spark_fleet.py."""
 
 from __future__ import annotations
 
-import csv
 import html
 import json
 import re
 import shutil
 import subprocess
 import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pika
@@ -29,6 +26,19 @@ from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 from policies import ctl
 
+from .spark_runs import (
+    audit,
+    declare_dlq,
+    logged_events,
+    pika_channel,
+    publish,
+    queue_depth,
+    read_csv,
+    reject_all,
+    running_broker,
+    wait_depth,
+    write_broker_log,
+)
 from .waiting import wait_for, wait_get
 
 pyspark = pytest.importorskip("pyspark")
@@ -36,121 +46,9 @@ pyspark = pytest.importorskip("pyspark")
 from spark import charts, report  # noqa: E402
 from spark.audit import main, parser  # noqa: E402
 from spark.compact import UNIQUE_COLUMNS  # noqa: E402
-from spark.job import run  # noqa: E402
-from spark.session import build_session  # noqa: E402
 from spark.sources import local_sources  # noqa: E402
 
-
-@pytest.fixture(scope="session")
-def spark():
-    session = build_session(conf={"spark.default.parallelism": "2"}, quick_jit=True)
-    yield session
-    session.stop()
-
-
-@contextmanager
-def running_broker(data_dir: Path, node: str):
-    """A broker on `data_dir` whose dead-letter events name `node`."""
-    config = BrokerConfig(port=0, management_port=0, node_name=node)
-    with BrokerThread(config, data_dir=str(data_dir)) as broker:
-        yield broker
-
-
-@contextmanager
-def pika_channel(url: str):
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        yield conn.channel()
-    finally:
-        conn.close()
-
-
-def publish(channel, queue: str, body: str, **props) -> None:
-    channel.basic_publish("", queue, body.encode(),
-                          pika.BasicProperties(message_id=body, **props))
-
-
-def reject_all(channel, queue: str, count: int, requeue: bool = False) -> None:
-    for _ in range(count):
-        method, _, _ = channel.basic_get(queue)
-        assert method is not None, queue
-        channel.basic_reject(method.delivery_tag, requeue=requeue)
-
-
-def queue_depth(channel, queue: str) -> int:
-    return channel.queue_declare(queue, passive=True).method.message_count
-
-
-def wait_depth(channel, queue: str, count: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while queue_depth(channel, queue) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert queue_depth(channel, queue) == count, queue
-
-
-def declare_dlq(channel) -> None:
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare("dlq")
-    channel.queue_bind("dlq", "dlx")
-
-
-def produce_every_death(url: str) -> None:
-    """3 rejected, 2 expired, 2 maxlen, 1 delivery_limit dead-lettered; drops:
-    no_dlx, dlx_missing, no_route, target_full once each, and a message that
-    expires in c1, then in c2, whose way back to c1 closes a cycle (dropped)."""
-    with pika_channel(url) as ch:
-        declare_dlq(ch)
-        now = int(time.time())
-        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
-        for n in range(3):
-            publish(ch, "orders", f"rejected-{n}", timestamp=now)
-        reject_all(ch, "orders", 3)
-        ch.queue_declare("quotes", arguments={"x-dead-letter-exchange": "dlx",
-                                              "x-message-ttl": 10})
-        for n in range(2):
-            publish(ch, "quotes", f"expired-{n}")
-        ch.queue_declare("bounded", arguments={"x-dead-letter-exchange": "dlx",
-                                               "x-max-length": 1})
-        for n in range(3):
-            publish(ch, "bounded", f"maxlen-{n}")
-        ch.queue_declare("attempts", arguments={"x-dead-letter-address": "dlx",
-                                                "x-max-delivery-attempts": 1})
-        publish(ch, "attempts", "poison-0")
-        reject_all(ch, "attempts", 1, requeue=True)
-        wait_depth(ch, "dlq", 3 + 2 + 2 + 1)
-        ch.queue_declare("plain")
-        publish(ch, "plain", "no-dlx")
-        reject_all(ch, "plain", 1)
-        ch.queue_declare("misconfigured", arguments={"x-dead-letter-exchange": "nowhere"})
-        publish(ch, "misconfigured", "dlx-missing")
-        reject_all(ch, "misconfigured", 1)
-        ch.exchange_declare("unbound", "direct")
-        ch.queue_declare("unrouted", arguments={"x-dead-letter-exchange": "unbound"})
-        publish(ch, "unrouted", "no-route")
-        reject_all(ch, "unrouted", 1)
-        ch.exchange_declare("to-full", "fanout")
-        ch.queue_declare("full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
-        ch.queue_bind("full", "to-full")
-        ch.queue_declare("overflowing", arguments={"x-dead-letter-exchange": "to-full"})
-        publish(ch, "overflowing", "target-full")
-        reject_all(ch, "overflowing", 1)
-        for name, other in (("c1", "c2"), ("c2", "c1")):
-            ch.queue_declare(name, arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                                              "x-dead-letter-routing-key": other})
-        publish(ch, "c1", "cycling")
-        time.sleep(0.3)
-        assert queue_depth(ch, "c1") == 0 and queue_depth(ch, "c2") == 0
-
-
-def reject_once_more(url: str, body: str) -> None:
-    """One more rejected message, after a restart (a new log file)."""
-    with pika_channel(url) as ch:
-        declare_dlq(ch)
-        ch.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
-        publish(ch, "orders", body)
-        reject_all(ch, "orders", 1)
-        assert wait_get(ch, "dlq", timeout=0.01)[0] is not None  # drained: not a candidate
-
+pytestmark = pytest.mark.spark
 
 EXPECTED = {
     "events": 3 + 2 + 2 + 1 + 4 + 2 + 1,
@@ -167,31 +65,11 @@ EXPECTED = {
 }
 
 
-def write_broker_log(data_dir: Path, node: str) -> None:
-    """Every kind of death, in two files (the broker restarted in between:
-    the first file is sealed)."""
-    with running_broker(data_dir, node) as broker:
-        produce_every_death(broker.url)
-    with running_broker(data_dir, node) as broker:
-        reject_once_more(broker.url, "after-restart")
-
-
 @pytest.fixture(scope="module")
 def broker_data(tmp_path_factory):
     path = tmp_path_factory.mktemp("audit") / "broker-a"
     write_broker_log(path, "broker-a")
     return path
-
-
-def audit(spark, data_dir, out: Path, *extra: str) -> dict:
-    dirs = data_dir if isinstance(data_dir, list) else [data_dir]
-    argv = [arg for d in dirs for arg in ("--data-dir", str(d))]
-    return run(spark, parser().parse_args([*argv, "--out", str(out), *extra]))
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def code_cache(spark) -> tuple[int, int]:
@@ -289,11 +167,6 @@ def test_replay_file_names_each_message_and_the_queue_it_waits_in(spark, broker_
     # Without the flag, no file from an earlier run is left behind.
     audit(spark, broker_data, tmp_path)
     assert not (tmp_path / "replay-candidates.ndjson").exists()
-
-
-def logged_events(data_dir: Path) -> int:
-    return sum(len(path.read_text().splitlines())
-               for path in (data_dir / "dead-letters").glob("*.ndjson"))
 
 
 def test_the_replay_file_drives_the_brokers_redrive(spark, tmp_path):
@@ -526,6 +399,36 @@ def test_quiet_prints_nothing_of_the_jvms_start(broker_data, tmp_path):
     assert "Using incubator modules" not in result.stderr
     assert not JVM_LOG_LINE.search(result.stderr), result.stderr
     assert (tmp_path / "out" / "report.html").exists()
+
+
+def _slowly(n: int) -> int:
+    import time  # in Spark's Python worker
+
+    time.sleep(0.3)
+    return n
+
+
+def test_a_long_stage_says_how_far_sparks_jobs_are(spark, capsys, monkeypatch):
+    """A stage of the audit ran a minute without a word on a busy machine:
+    while Spark works, a line says how many of its jobs are done and where
+    the running one is."""
+    from spark import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "QUIET_SECONDS", 0.0)
+    monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.05)
+    progress = progress_module.Progress()
+    progress.follow(spark)
+    try:
+        progress("aggregating the events")
+        rows = spark.sparkContext.parallelize(range(8), 8).map(_slowly).collect()
+    finally:
+        progress.unfollow()
+    assert rows == list(range(8))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("] aggregating the events")
+    inside = [line for line in lines[1:] if "Spark job" in line]
+    assert inside and all(re.search(r"\] {3}0 Spark jobs done, the running one at [0-8] of 8 "
+                                    r"tasks$", line) for line in inside), lines
 
 
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"

@@ -11,26 +11,27 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from .test_spark_audit import (
+from .spark_runs import (
     audit,
     declare_dlq,
+    free_port,
     pika_channel,
     publish,
     read_csv,
     reject_all,
     reject_once_more,
+    run_command,
     running_broker,
-    spark,
+    stop_all,
     wait_depth,
+    wait_port,
     write_broker_log,
 )
 
@@ -38,7 +39,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from spark.session import HEAVY_SQL_CONF  # noqa: E402
 
-__all__ = ["spark"]  # the session-scoped fixture, shared with test_spark_audit
+pytestmark = pytest.mark.spark
 
 NODES = ("broker-a", "broker-b", "broker-c")
 
@@ -175,63 +176,29 @@ def test_compaction_is_incremental_per_broker(spark, fleet, tmp_path):
 
 # ---- the same answer on a cluster --------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"nothing listening on {port}")
-
-
-def _stop(processes) -> None:
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
 @pytest.fixture
 def standalone_cluster(tmp_path):
     """A master and two workers (one core, 1 GB each) on loopback."""
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
                SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable)
-    port = _free_port()
+    port = free_port()
     started = [subprocess.Popen(
         [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(_free_port())],
+         "--port", str(port), "--webui-port", str(free_port())],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     try:
-        _wait_port(port)
+        wait_port(port)
         url = f"spark://127.0.0.1:{port}"
         for _ in range(2):
             started.append(subprocess.Popen(
                 [str(spark_class), "org.apache.spark.deploy.worker.Worker", url,
                  "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                 "--webui-port", str(_free_port())],
+                 "--webui-port", str(free_port())],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield url
     finally:
-        _stop(started)
-
-
-def run_command(*args: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "spark.audit", *args, "--quiet"],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+        stop_all(started)
 
 
 # Spark's own planning (code generation, adaptive execution), where the
@@ -262,26 +229,6 @@ def test_standalone_cluster_gives_the_same_files(spark, fleet, tmp_path, standal
     assert len(list((tmp_path / "pq-cluster" / "events").glob("node=*"))) == 3
 
 
-@pytest.fixture
-def connect_server(tmp_path):
-    sbin = Path(pyspark.__file__).parent / "sbin"
-    port = _free_port()
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
-               SPARK_PID_DIR=str(tmp_path / "pids"), SPARK_IDENT_STRING="audit-test",
-               SPARK_HOME=str(sbin.parent))
-    subprocess.run([str(sbin / "start-connect-server.sh"),
-                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                    "--conf", f"spark.connect.grpc.binding.port={port}",
-                    "--conf", "spark.ui.enabled=false"],
-                   env=env, check=True, capture_output=True, timeout=60)
-    try:
-        _wait_port(port)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, capture_output=True,
-                       timeout=60)
-
-
 def test_spark_connect_gives_the_same_files(spark, fleet, tmp_path, connect_server):
     fleet_audit(spark, fleet, tmp_path / "local", str(tmp_path / "pq-local"),
                 "--replay-candidates")
@@ -296,7 +243,7 @@ async def _dead_letter_on_a_replicated_leader(root: Path) -> None:
     while a follower copies everything, its dead-letter events included."""
     import aio_pika
 
-    from .test_cluster_replication import Leader, follower
+    from .replication_pair import Leader, follower
 
     leader = Leader(root / "leader")
     await leader.start()

@@ -15,7 +15,7 @@ import pytest
 
 from policies import ctl
 
-from .test_spark_audit import (
+from .spark_runs import (
     audit,
     logged_events,
     pika_channel,
@@ -27,14 +27,10 @@ from .test_spark_audit import (
 )
 from .waiting import wait_for
 
+pytestmark = pytest.mark.spark
+
 pyspark = pytest.importorskip("pyspark")
 
-from .test_spark_audit import spark  # noqa: E402
-from .test_spark_fleet import connect_server  # noqa: E402
-
-# The fixtures: the session-scoped SparkSession, shared with test_spark_audit,
-# and test_spark_fleet's Spark Connect server.
-__all__ = ["connect_server", "spark"]
 
 STREAM = {"x-queue-type": "stream"}
 STREAMS = ("dead.stream", "dead.copy")
@@ -199,7 +195,7 @@ def test_through_spark_connect_the_streams_dead_letters_count_the_same(stream_da
     """The job stays DataFrame API only (the segments decoded by the
     audit's own process): a Spark Connect server's executors need no
     package of ours."""
-    from .test_spark_fleet import run_command
+    from .spark_runs import run_command
 
     copy = tmp_path / "broker-s"
     shutil.copytree(stream_data, copy)

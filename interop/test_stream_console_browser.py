@@ -15,14 +15,10 @@ import pika
 import pytest
 
 from .browser import Console
-from .test_console_browser import chromium, console
-from .test_workbench_api import count
-from .waiting import wait_for, wait_get
+from .dead_letters import REJECTED, STREAM, count, dead_letters_into_a_stream
+from .waiting import wait_get
 
-__all__ = ["chromium", "console"]  # the fixtures, shared with test_console_browser
-
-STREAM = "orders.dead"
-REJECTED = 22  # more than a page of 20: paged forward
+pytestmark = pytest.mark.browser
 
 
 def offsets(first: int, last: int) -> list[str]:
@@ -33,27 +29,6 @@ def offsets(first: int, last: int) -> list[str]:
 def dead_letter_stream(channel):
     dead_letters_into_a_stream(channel)
     return channel
-
-
-def dead_letters_into_a_stream(channel) -> None:
-    """`orders` and `orders.ttl` dead-letter through fanout `dlx` into the
-    stream: bad-0 ... bad-21 rejected (offsets 0-21), late-1 expired (22)."""
-    channel.exchange_declare("dlx", "fanout", durable=True)
-    channel.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
-    channel.queue_bind(STREAM, "dlx")
-    channel.queue_declare("orders", durable=True, arguments={"x-dead-letter-exchange": "dlx"})
-    channel.queue_declare("orders.ttl", durable=True,
-                          arguments={"x-dead-letter-exchange": "dlx", "x-message-ttl": 1})
-    channel.confirm_delivery()
-    for n in range(REJECTED):
-        channel.basic_publish("", "orders", b'{"n": %d}' % n,
-                              pika.BasicProperties(message_id=f"bad-{n}", delivery_mode=2))
-    for _ in range(REJECTED):
-        method, _props, _body = wait_get(channel, "orders", auto_ack=False)
-        channel.basic_reject(method.delivery_tag, requeue=False)
-    assert wait_for(lambda: count(channel, STREAM) == REJECTED, 10)
-    channel.basic_publish("", "orders.ttl", b"late", pika.BasicProperties(message_id="late-1"))
-    assert wait_for(lambda: count(channel, STREAM) == REJECTED + 1, 10)
 
 
 @pytest.fixture

@@ -4,23 +4,13 @@ back every confirmed message at its offset, in order (bounded: one kill)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
 
 import pika
-import pytest
 
+from .broker_process import BrokerProcess
 from .stream_scenarios import STREAM, connect, consume, unique
-from .test_durability import BrokerProcess
-
-
-@pytest.fixture
-def data_dir():
-    path = tempfile.mkdtemp(prefix="amqp-stream-crash-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def publisher(url: str, name: str, confirmed: list, stop: threading.Event) -> None:

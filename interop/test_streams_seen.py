@@ -8,8 +8,8 @@ import urllib.parse
 
 import pika
 
+from .management_api import amqpctl, http
 from .stream_scenarios import connect, declare, publish, unique
-from .test_management import amqpctl, http
 
 
 def queue_info(broker, name):
@@ -68,7 +68,7 @@ def test_amqpctl_list_queues_shows_the_type(broker, capsys):
 
 
 def test_prometheus_has_a_streams_log_and_consumer_offsets(broker):
-    from .test_prometheus import scrape, value
+    from .metrics import scrape, value
     name = unique()
     declare(broker.url, name)
     publish(broker.url, name, 3)
@@ -233,7 +233,7 @@ def test_a_redrive_by_filter_says_where_its_read_stopped_and_whether_the_stream_
 
 def test_a_dead_letter_routed_into_a_stream_is_in_the_dead_letter_log(broker):
     """What the audit reads: the death, with the stream as its target."""
-    from .test_dead_letter_log import read_events
+    from .dead_letters import read_events
     conn, channel, source, target, exchange = stream_behind_a_dlx(broker)
     channel.basic_publish("", source, b"poison", pika.BasicProperties(message_id="m-9"))
     method, _, _ = channel.basic_get(source)

@@ -17,7 +17,7 @@ from amqp_server.cli import main
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_management import call
+from .management_api import call
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 
+from .management_api import http
 from .rawclient import RawClient
-from .test_access import ctl
-from .test_management import http
+from .users import ctl
 from .waiting import wait_for
 
 WORK, RESULTS, EXCHANGE = "tx.work", "tx.results", "tx.out"

@@ -8,8 +8,8 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from .test_access import connect, ctl
-from .test_management import http
+from .management_api import http
+from .users import connect, ctl
 
 REFUSED = (406, "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated "
                 "user was 'guest'")

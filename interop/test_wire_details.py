@@ -15,8 +15,8 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 
+from .consumers import Recorder, publish, settle
 from .rawclient import RawClient
-from .test_consumer_dispatch import Recorder, publish, settle
 
 TOPIC_BINDINGS = ["", "*", "#", "#.#", "a.*", "a.", "a.#", "*.*", ".", "*.", ".*", "#.a",
                   "a.#.b", "#."]
@@ -213,7 +213,7 @@ def test_refused_arguments_and_properties_as_in_rabbitmq(broker, rabbitmq_url):
 
 
 def test_a_lazy_queue_keeps_little_in_memory(broker, channel):
-    from .test_management import http
+    from .management_api import http
     channel.queue_declare("wd.lazy", arguments={"x-queue-mode": "lazy"})
     for _n in range(1000):
         channel.basic_publish("", "wd.lazy", b"x" * 100)

@@ -4,68 +4,15 @@ broker with pika publishing, rejecting and observing."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import pika
 
 from amqp_server.testing import BrokerThread
 
-from .test_management import http
+from .dead_letters import another_broker, count, dead_letters, wait_task
+from .management_api import http
 from .waiting import wait_for, wait_get, wait_get_noack
-
-
-def wait_task(broker, task_id: str, auth=("guest", "guest"), seconds: float = 20.0) -> dict:
-    """The task once it is no longer running (bounded in time)."""
-    answer = {}
-
-    def finished() -> bool:
-        nonlocal answer
-        status, answer = http(broker, "GET", f"/api/tasks/{task_id}", auth=auth)
-        assert status == 200, answer
-        return answer["state"] != "running"
-
-    assert wait_for(finished, seconds, step=lambda: time.sleep(0.05)), answer
-    return answer
-
-
-def dead_letters(channel, bodies, queue="work", exchange="shop", key="order",
-                 message_ids=None):
-    """Publish `bodies` through `exchange` to `queue`, reject each without
-    requeue: they die 'rejected' into `queue`.dlq through exchange dlx."""
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare(f"{queue}.dlq", durable=True)
-    channel.queue_bind(f"{queue}.dlq", "dlx")
-    channel.exchange_declare(exchange, "direct")
-    channel.queue_declare(queue, durable=True, arguments={"x-dead-letter-exchange": "dlx"})
-    channel.queue_bind(queue, exchange, key)
-    channel.confirm_delivery()
-    for index, body in enumerate(bodies):
-        message_id = message_ids[index] if message_ids else f"m-{index}"
-        channel.basic_publish(exchange, key, body, pika.BasicProperties(
-            message_id=message_id, delivery_mode=2, headers={"trace": f"t-{index}"}))
-    for _ in bodies:
-        method, _props, _body = wait_get_noack(channel, queue)
-        channel.basic_reject(method.delivery_tag, requeue=False)
-    assert wait_for(lambda: channel.queue_declare(f"{queue}.dlq", passive=True)
-                    .method.message_count == len(bodies))
-
-
-@contextlib.contextmanager
-def another_broker(queue: str):
-    """A second broker with `queue` declared: (broker, a channel to it, its URI)."""
-    with BrokerThread() as other:
-        connection = pika.BlockingConnection(pika.URLParameters(other.url))
-        try:
-            channel = connection.channel()
-            channel.queue_declare(queue)
-            yield other, channel, f"amqp://guest:guest@127.0.0.1:{other.port}/%2F"
-        finally:
-            connection.close()
-
-
-def count(channel, queue: str) -> int:
-    return channel.queue_declare(queue, passive=True).method.message_count
 
 
 def test_dead_letter_queues_are_found_and_peeked_without_being_consumed(broker, channel):
@@ -137,6 +84,17 @@ def test_redrive_sends_each_message_back_to_its_exchange_and_keys_and_x_death_co
     page = http(broker, "GET", "/api/queues/%2F/work.dlq/messages?message_id=m-1")[1]
     assert page["messages"][0]["deaths"][0]["count"] == 2
     assert page["messages"][0]["death_count"] == 2
+
+
+def test_a_work_queue_that_was_redriven_to_is_not_a_dead_letter_queue(broker, channel):
+    """The redriven message keeps its x-death: found at the work queue's
+    head, it listed `work` among the dead-letter queues."""
+    dead_letters(channel, [b"back to work"])
+    started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"filter": {}})[1]
+    assert wait_task(broker, started["task"])["moved"] == 1
+    assert count(channel, "work") == 1
+    found = {q["name"]: q["why"] for q in http(broker, "GET", "/api/dead-letter-queues")[1]}
+    assert found == {"work.dlq": "dead-letter exchange"}
 
 
 def test_redrive_all_and_of_chosen_seqs(broker, channel):

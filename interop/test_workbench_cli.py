@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .test_management import amqpctl
-from .test_workbench_api import another_broker, count, dead_letters
+from .dead_letters import another_broker, count, dead_letters
+from .management_api import amqpctl
 from .waiting import wait_get
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 
@@ -36,3 +37,15 @@ def wait_for(condition, seconds: float = 5.0, step=lambda: time.sleep(0.02)) -> 
         if time.monotonic() > deadline:
             return False
         step()
+
+
+async def next_message(queue, timeout: float = 5.0):
+    """The next message of an aio-pika queue, polled for at most `timeout` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        message = await queue.get(no_ack=True, fail=False)
+        if message is not None:
+            return message
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"nothing arrived in {queue.name}")
+        await asyncio.sleep(0.02)

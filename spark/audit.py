@@ -30,7 +30,9 @@ EXIT_NO_LOG = 66  # rabbitmqctl's EX_NOINPUT
 EXIT_NO_EXTRA = 69  # EX_UNAVAILABLE
 # What the `audit` extra brings; an ImportError naming another module is a bug.
 EXTRA_MODULES = ("pyspark", "py4j", "pyarrow", "pandas", "grpc", "matplotlib", "rich")
-INSTALL_HINT = "pip install 'amqp-server[audit]'"
+# The package is not on PyPI: the extra comes from where the broker came.
+INSTALL_HINT = ("pip install '.[audit]' in a checkout of amqp-server, or pip install "
+                "'amqp_server-*.whl[audit]' with its wheel")
 # The report's charts (matplotlib, half a second to import): imported on a
 # thread while the JVM starts, which leaves this process idle.
 CHARTS = f"{__package__ or 'spark'}.charts"
@@ -157,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         from .session import build_session
         from .sources import DataDirError
 
-        if not _findable("matplotlib"):  # imported later, on a thread (CHARTS)
-            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        # Imported later: matplotlib on a thread (CHARTS), rich for the
+        # terminal's table once the report is written.
+        for later in ("matplotlib", "rich"):
+            if not _findable(later):
+                raise ModuleNotFoundError(f"No module named '{later}'", name=later)
     except ImportError as exc:
         return _no_extra(exc)
     charts = _Preload(CHARTS)
@@ -176,16 +181,23 @@ def main(argv: list[str] | None = None) -> int:
                           quick_jit=sizing is not None and sizing.quick_jit,
                           throughput_gc=sizing is not None and not sizing.light)
     stopping = _Stopping(spark)
+    progress.follow(spark)
+
+    def spark_done() -> None:
+        progress.unfollow()
+        stopping.start()
+
     try:
         missing = charts.error()
         if missing is not None:
             return _no_extra(missing)
-        summary = job.run(spark, args, progress, spark_done=stopping.start)
+        summary = job.run(spark, args, progress, spark_done=spark_done)
     except DataDirError as exc:
         return _fail(str(exc), EXIT_NO_LOG)
     except job.UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     finally:
+        progress.unfollow()
         stopping.finish()
     if not args.quiet:
         print(report.terminal_summary(summary, args.out), end="")

@@ -14,7 +14,8 @@ as Spark sorts, so the rows come out as they did from Spark.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,12 +25,18 @@ from dlx.deaths import REASONS
 
 from .buckets import BUCKET_LABELS
 
-if TYPE_CHECKING:
-    from .tables import Split
-
 # (output column, the fact rows whose events it adds up; None: all)
 Count = tuple[str, Callable[[pa.Table], pa.Array] | None]
 TIME = pa.timestamp("us", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Split:
+    """Whether every table is split by node (its first key column)."""
+    by_node: bool = False
+
+    def keys(self, *columns) -> list:
+        return ["node", *columns] if self.by_node else list(columns)
 
 
 def _is(column: str, value: str) -> Callable[[pa.Table], pa.Array]:
@@ -156,3 +163,26 @@ FROM_FACTS = {
 
 def from_facts(facts: pa.Table, split: Split) -> dict[str, pa.Table]:
     return {name: build(facts, split) for name, build in FROM_FACTS.items()}
+
+
+def summary(row: dict, repeats: int, died_again_after_redrive: int = 0) -> dict:
+    """The summary dict from the headline counts (fact_tables.totals) and
+    the `repeats` (the queue and node counts come with the tables)."""
+    return {
+        "events": row["events"] or 0,
+        "messages": (row["events"] or 0) - repeats,
+        "cycled_messages": row["cycled_messages"],
+        "died_again_after_redrive": died_again_after_redrive,
+        "dead_lettered": row["dead_lettered"] or 0,
+        "dropped": row["dropped"] or 0,
+        "by_reason": {reason: row[reason] or 0 for reason in REASONS},
+        "drops_by_cause": {cause: row[f"drop_{cause}"] or 0 for cause in DROP_CAUSES},
+        "first_event": _iso(row["first"]),
+        "last_event": _iso(row["last"]),
+    }
+
+
+def _iso(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).isoformat()

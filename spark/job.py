@@ -120,7 +120,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
 
     progress("aggregating the events")
     filters = tables.Filters(args.since, args.until, args.vhost, args.queue, args.node)
-    split = tables.Split(args.by_node)
+    split = fact_tables.Split(args.by_node)
     events = filters.apply(with_stream_dead_letters(
         spark, sources, read_events(spark, sources, parquet_dir, done, filters.partitions)))
     # Retention's archive records (and the log's lines of their removal)
@@ -141,7 +141,7 @@ def run(spark: SparkSession, args, progress: Progress | None = None,
     fact_rows, (repeats,) = fetched.pop("facts"), fetched.pop("repeats").to_pylist()
     fetched.update(fact_tables.from_facts(fact_rows, split))
     totals = fact_tables.totals(fact_rows, split)
-    summary = tables.summary(totals, repeats["repeats"], repeats["died_again_after_redrive"])
+    summary = fact_tables.summary(totals, repeats["repeats"], repeats["died_again_after_redrive"])
     summary["archived"] = count_archived(archived)
     unit = bucket_unit(totals["first"], totals["last"])
     facts.unpersist()

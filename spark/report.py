@@ -11,9 +11,6 @@ import json
 from datetime import date, datetime
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table as RichTable
-
 from dlx.deaths import REASONS
 
 TITLES = {
@@ -172,6 +169,11 @@ LABELS = {"died_again_after_redrive": "died again after a redrive"}
 
 
 def terminal_summary(summary: dict, out: Path) -> str:
+    # rich draws the terminal's table only: the report's files need none of
+    # the audit extra but pyarrow (the broker's own dependency).
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
     table = RichTable(title=f"Dead-letter audit: {headline(summary)}", show_header=True)
     table.add_column("what")
     table.add_column("count", justify="right")

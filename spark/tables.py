@@ -26,10 +26,8 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, functions as F, types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from dlx.dead_letter import DROP_CAUSES
-from dlx.deaths import REASONS
-
 from .buckets import bucket_unit_sql
+from .fact_tables import Split
 
 # Reasons that say the consumer or the queue was overwhelmed, not that the
 # message itself is poison: a message that died once for one of them can go
@@ -79,15 +77,6 @@ def _utc(moment: datetime) -> datetime:
 
 def _micros(moment: datetime) -> int:
     return int(_utc(moment).timestamp() * 1_000_000)
-
-
-@dataclass(frozen=True)
-class Split:
-    """Whether every table is split by node (its first key column)."""
-    by_node: bool = False
-
-    def keys(self, *columns) -> list:
-        return ["node", *columns] if self.by_node else list(columns)
 
 
 # ---- the events, prepared ---------------------------------------------------
@@ -148,29 +137,6 @@ def _sorted(frame: DataFrame, keys: list) -> DataFrame:
     """A small table in one partition, sorted: no range-partitioning job,
     and its order survives the union in collect_all."""
     return frame.coalesce(1).sortWithinPartitions(*keys)
-
-
-def summary(row: dict, repeats: int, died_again_after_redrive: int = 0) -> dict:
-    """The summary dict from the headline counts (fact_tables.totals) and
-    the `repeats` (the queue and node counts come with the tables)."""
-    return {
-        "events": row["events"] or 0,
-        "messages": (row["events"] or 0) - repeats,
-        "cycled_messages": row["cycled_messages"],
-        "died_again_after_redrive": died_again_after_redrive,
-        "dead_lettered": row["dead_lettered"] or 0,
-        "dropped": row["dropped"] or 0,
-        "by_reason": {reason: row[reason] or 0 for reason in REASONS},
-        "drops_by_cause": {cause: row[f"drop_{cause}"] or 0 for cause in DROP_CAUSES},
-        "first_event": _iso(row["first"]),
-        "last_event": _iso(row["last"]),
-    }
-
-
-def _iso(micros: int | None) -> str | None:
-    if micros is None:
-        return None
-    return datetime.fromtimestamp(micros / 1_000_000, UTC).isoformat()
 
 
 # ---- tables from the events ---------------------------------------------------

@@ -18,8 +18,7 @@ from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties
 from amqp_server.wire.table import FieldTable
 
-from .test_connection_sansio import methods, open_connection
-from .test_publish_runs import call, publish
+from .sansio import call, methods, open_connection, publish
 
 VHOSTS = {"/": None, "other": None}
 

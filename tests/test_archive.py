@@ -189,6 +189,25 @@ def test_a_cause_is_logged_once_however_many_queues_and_retries_meet_it(broker, 
     assert len(logged) == 1 and "they stay in the queue" in logged[0].getMessage()
 
 
+def test_an_archive_that_takes_records_again_says_so_as_news_not_a_warning(broker, caplog):
+    """Warnings are for what an operator must act on: the cause was an
+    error, its end is information."""
+    caplog.set_level("INFO", logger="amqp_server.archive")
+    dlq(broker).enqueue(dead_letter(0))
+    archiver: Archiver = broker.archiver
+    shutil.rmtree(archiver.directory)
+    archiver.directory.write_text("a file in the way")
+    now = (DIED + 10) * 1000.0
+    archiver.tick(now)
+    archiver.directory.unlink()
+    archiver.tick(now + RETRY_SECONDS * 1000 + 1)
+    assert broker.vhosts["/"].queues["dlq"].message_count == 0  # archived this time
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name == "amqp_server.archive"]
+    assert [level for level, _ in said] == ["ERROR", "INFO"], said
+    assert "takes records again" in said[1][1]
+
+
 def test_a_crash_between_the_durable_record_and_the_removal_archives_again_never_loses(
         tmp_path):
     """The archive record is on disk, the queue's removal is not (the

@@ -30,7 +30,7 @@ def test_a_missing_extra_is_one_line_naming_the_install(module, tmp_path):
     assert result.returncode == 69
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
-    assert "pip install 'amqp-server[audit]'" in line and module in line
+    assert "pip install '.[audit]' in a checkout" in line and module in line
 
 
 def test_help_needs_no_extra(tmp_path):

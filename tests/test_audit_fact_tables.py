@@ -12,7 +12,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 from spark import fact_tables  # noqa: E402
-from spark.tables import Split, summary  # noqa: E402
+from spark.fact_tables import Split, summary  # noqa: E402
 
 STRING_KEYS = ("node", "vhost", "queue", "reason", "outcome", "drop_cause", "exchange",
                "first_death_queue")

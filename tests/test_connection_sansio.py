@@ -2,46 +2,15 @@
 
 from __future__ import annotations
 
-import struct
-
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
-from amqp_server.protocol.connection import OPEN, Connection
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 from amqp_server.wire.properties import Properties, encode_properties
-from amqp_server.wire.table import FieldTable
 
-
-def split_frames(data: bytes):
-    pos = 0
-    while pos < len(data):
-        frame_type, channel, size = struct.unpack_from(">BHI", data, pos)
-        yield frame_type, channel, data[pos + 7:pos + 7 + size]
-        pos += size + 8
-
-
-def methods(data: bytes):
-    return [decode_method(p) for t, _, p in split_frames(data) if t == frames.FRAME_METHOD]
-
-
-def open_connection(broker: Broker, heartbeat: int = 0) -> Connection:
-    conn = Connection(broker)
-    conn.receive_data(frames.PROTOCOL_HEADER)
-    conn.receive_data(frames.method_frame(0, make(
-        spec.Connection.StartOk, client_properties=FieldTable(), mechanism="PLAIN",
-        response=b"\x00guest\x00guest", locale="en_US")))
-    conn.receive_data(frames.method_frame(0, make(spec.Connection.TuneOk, channel_max=100,
-                                                  frame_max=131072, heartbeat=heartbeat)))
-    conn.receive_data(frames.method_frame(0, make(spec.Connection.Open, virtual_host="/")))
-    conn.receive_data(frames.method_frame(1, make(spec.Channel.Open)))
-    out = methods(conn.data_to_send())
-    assert [type(m) for m in out] == [spec.Connection.Start, spec.Connection.Tune,
-                                      spec.Connection.OpenOk, spec.Channel.OpenOk]
-    assert conn.state == OPEN
-    return conn
+from .sansio import methods, open_connection, split_frames
 
 
 def test_handshake_and_publish_to_consumer_on_another_connection():

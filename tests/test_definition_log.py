@@ -20,9 +20,8 @@ from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties
 from amqp_server.wire.table import FieldTable, typed_value
 
-from .test_connection_sansio import methods, open_connection
-from .test_publish_runs import call, publish
-from .test_storage import open_broker
+from .disk_brokers import open_broker
+from .sansio import call, methods, open_connection, publish
 
 
 def log_path(tmp_path):

@@ -20,7 +20,7 @@ from amqp_server.protocol.flow import (
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 
-from .test_connection_sansio import methods, open_connection
+from .sansio import methods, open_connection
 
 
 @dataclass

@@ -19,7 +19,7 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 from bench.fuzz import OPENED, PRE_HANDSHAKE_SEEDS, SEEDS, SansIOFuzzer, chunks, mutate
 
-from .test_connection_sansio import methods
+from .sansio import methods
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,7 @@ from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
 
-from .test_connection_sansio import methods, open_connection
+from .sansio import methods, open_connection
 
 
 def closed_with(data: bytes) -> tuple[int, str]:

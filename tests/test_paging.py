@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 from amqp_server.broker.broker import Broker
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
-from tests.test_queue_deaths import TakeAll, message
-from tests.test_storage import open_broker as open_storage_broker, persistent, segment_files
+from tests.disk_brokers import open_broker as open_storage_broker, segment_files
+from tests.messages import TakeAll, message, persistent
 
 THRESHOLD = 10
 
@@ -244,6 +244,22 @@ def test_store_segments_of_paged_messages_are_released(tmp_path, how):
     broker.store.flush_now()
     assert len(segment_files(tmp_path)) <= 1
     assert all(count == 0 for count in broker.store.log.live.values())
+
+
+def test_paging_under_memory_pressure_is_news_and_only_the_alarm_a_warning(tmp_path, caplog):
+    """Warnings are for what an operator must act on: the alarm raised;
+    what the broker does about it, and the alarm's end, are information."""
+    caplog.set_level("INFO")
+    broker = open_broker(tmp_path, paging_pressure_threshold=5)
+    fill(broker.vhosts["/"].declare_queue("q", None), names("m", 50), message)
+    broker.set_alarm("memory", True)
+    broker.set_paging_pressure(True)
+    broker.set_paging_pressure(False)
+    broker.set_alarm("memory", False)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "amqp_server"]
+    assert said == [("WARNING", "memory alarm set: publishers are blocked"),
+                    ("INFO", "memory pressure: 45 messages paged to disk"),
+                    ("INFO", "memory alarm cleared")]
 
 
 def test_transient_messages_page_only_under_memory_pressure(tmp_path):

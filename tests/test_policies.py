@@ -189,7 +189,7 @@ def test_policy_precedence_switch_lets_the_policy_win():
 def test_gaining_a_max_length_trims_at_once():
     broker, vhost, queue = _broker_with_queue()
     vhost.declare_queue("dlq", None)
-    from tests.test_queue_deaths import message, publish
+    from tests.messages import message, publish
     for n in range(5):
         publish(vhost, message("work", str(n).encode()))
     broker.set_policy("/", "short", "^work$", {"max-length": 2, "dead-letter-exchange": "",

@@ -25,8 +25,7 @@ from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
 
-from .test_connection_sansio import methods, open_connection
-from .test_publish_runs import call, publish
+from .sansio import call, methods, open_connection, publish
 
 
 def message(key: str, body: bytes = b"x", exchange: str = "", **props) -> Message:

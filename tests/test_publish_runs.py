@@ -10,50 +10,11 @@ from pamqp import commands as spec
 from amqp_server.broker.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.wire import frames
-from amqp_server.wire.methods import decode_method, make
-from amqp_server.wire.properties import Properties, encode_properties
+from amqp_server.wire.methods import make
+from amqp_server.wire.properties import Properties
 from amqp_server.wire.table import FieldTable
 
-from .test_connection_sansio import methods, open_connection, split_frames
-
-
-def publish(key: str, body: bytes, props: Properties | None = None, exchange: str = "",
-            mandatory: bool = False, channel: int = 1) -> bytes:
-    properties = encode_properties(props) if props is not None else b"\x00\x00"
-    data = (frames.method_frame(channel, make(spec.Basic.Publish, exchange=exchange,
-                                              routing_key=key, mandatory=mandatory))
-            + frames.frame(2, channel, frames.content_header(len(body), properties)))
-    return data + frames.frame(3, channel, body) if body else data
-
-
-def call(conn, channel: int, method) -> list:
-    conn.receive_data(frames.method_frame(channel, method))
-    return methods(conn.data_to_send())
-
-
-def deliveries(data: bytes) -> list[tuple]:
-    """(delivery tag, routing key, redelivered, body) for each basic.deliver."""
-    out, current, body = [], None, b""
-    for frame_type, _, payload in split_frames(data):
-        if frame_type == frames.FRAME_METHOD:
-            method = decode_method(payload)
-            if isinstance(method, spec.Basic.Deliver):
-                current, body = method, b""
-                out.append(None)
-        elif frame_type == frames.FRAME_BODY:
-            body += payload
-        if current is not None:
-            out[-1] = (current.delivery_tag, current.routing_key, current.redelivered, body)
-    return out
-
-
-def consuming(broker, queue: str, prefetch: int = 0, no_ack: bool = False, **arguments):
-    conn = open_connection(broker)
-    call(conn, 1, make(spec.Queue.Declare, queue=queue, arguments=FieldTable(arguments)))
-    if prefetch:
-        call(conn, 1, make(spec.Basic.Qos, prefetch_count=prefetch))
-    call(conn, 1, make(spec.Basic.Consume, queue=queue, consumer_tag="c", no_ack=no_ack))
-    return conn
+from .sansio import call, consuming, deliveries, methods, open_connection, publish, split_frames
 
 
 def test_a_run_arrives_whole_and_in_order_after_frames_that_break_it():

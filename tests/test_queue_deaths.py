@@ -8,39 +8,12 @@ import random
 
 import pytest
 
-from amqp_server.broker.message import Message
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.errors import AMQPError
-from amqp_server.wire.frames import content_header
-from amqp_server.wire.properties import Properties, encode_properties
 from amqp_server.wire.table import FieldTable
 from dlx.redelivery import redelivery_delay
 
-
-def message(key: str, body: bytes = b"x", exchange: str = "", **props) -> Message:
-    header = content_header(len(body), encode_properties(Properties(**props)))
-    msg = Message.to(exchange, key, header, body)
-    msg.inspect()
-    return msg
-
-
-def publish(vhost: VirtualHost, msg: Message) -> list:
-    queues = vhost.route(vhost.exchanges[msg.exchange], msg.routing_keys, msg)
-    return [queue.enqueue(msg) for queue in queues]
-
-
-class FakeClock:
-    """Wall-clock milliseconds that move only when a test says so."""
-
-    def __init__(self, now: float = 1_700_000_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, ms: float) -> float:
-        self.now += ms
-        return self.now
+from .messages import FakeClock, TakeAll, message, publish
 
 
 @pytest.fixture
@@ -179,30 +152,6 @@ def test_cc_and_bcc_route_at_publish_and_bcc_is_hidden(vhost):
         delivered = vhost.queues[name].ready[0].message
         assert "BCC" not in delivered.properties.headers
         assert delivered.properties.headers["CC"] == ["copy"]
-
-
-class TakeAll:
-    """A consumer with room for everything; keeps the bodies it gets."""
-
-    priority = 0
-
-    def __init__(self):
-        self.got = []
-
-    def can_take(self):
-        return True
-
-    def room(self):
-        return 1000
-
-    def output_room(self):
-        return 1 << 20
-
-    def take(self, queue, entry):
-        self.got.append(entry.message.body)
-
-    def take_many(self, queue, entries):
-        self.got.extend(entry.message.body for entry in entries)
 
 
 def test_expired_message_behind_the_head_is_never_delivered(vhost):

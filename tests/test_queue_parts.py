@@ -32,8 +32,7 @@ from amqp_server.storage.paging import Paging
 from amqp_server.wire.table import FieldTable
 from dlx import limits as dlx_limits
 from policies.effective import resolve
-from tests.test_queue_deaths import FakeClock, TakeAll, message
-from tests.test_storage import persistent
+from tests.messages import FakeClock, TakeAll, message, persistent
 
 T0 = 1_700_000_000_000.0
 

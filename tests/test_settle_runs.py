@@ -17,8 +17,7 @@ from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties
 from amqp_server.wire.table import FieldTable
 
-from .test_connection_sansio import methods, open_connection
-from .test_publish_runs import call, deliveries, publish
+from .sansio import call, deliveries, methods, open_connection, publish
 
 SETTLES = {
     "ack": lambda tag: make(spec.Basic.Ack, delivery_tag=tag),

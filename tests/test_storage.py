@@ -3,37 +3,14 @@ deletion, and restarts of every kind of definition."""
 
 from __future__ import annotations
 
-import weakref
-
 import pytest
 
-from amqp_server.broker.broker import Broker
-from amqp_server.config import BrokerConfig
 from amqp_server.storage import records
 from amqp_server.storage.message_store import MessageStore
 from amqp_server.wire.table import FieldTable
-from tests.test_queue_deaths import message
 
-
-def persistent(key: str, body: bytes = b"x", **props):
-    return message(key, body, delivery_mode=2, **props)
-
-
-# The broker last opened on each data directory by these tests.
-_opened: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-def open_broker(path, **config) -> tuple[Broker, list[str]]:
-    """A broker on `path`.  Opening another one where a broker is open
-    stands for a restart after a crash: the old one's lock goes first, as
-    the kernel drops the lock of a killed broker."""
-    crashed = _opened.pop(str(path), None)
-    if crashed is not None:
-        crashed.close_data_dir()
-    broker = Broker(BrokerConfig(data_dir=str(path), **config))
-    problems = broker.open_data_dir()
-    _opened[str(path)] = broker
-    return broker, problems
+from .disk_brokers import open_broker, segment_files
+from .messages import persistent
 
 
 def publish_n(broker, queue_name: str, count: int) -> None:
@@ -46,10 +23,6 @@ def publish_n(broker, queue_name: str, count: int) -> None:
 
 def bodies(broker, name: str) -> list[bytes]:
     return [entry.message.body for entry in broker.vhosts["/"].queues[name].ready]
-
-
-def segment_files(path) -> list:
-    return sorted((path / "messages").glob("*.seg"))
 
 
 def test_records_survive_a_flipped_byte_and_a_torn_tail():

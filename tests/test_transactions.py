@@ -11,8 +11,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 
-from .test_connection_sansio import methods, open_connection
-from .test_publish_runs import call, publish
+from .sansio import call, methods, open_connection, publish
 
 
 def gets(conn, queue: str, count: int) -> list[int]:

@@ -248,7 +248,7 @@ class Archiver:
             for head, entry in zip(heads, entries):
                 dead_letter_log.record(head, entry.message.header, entry.message.body)
         if self.problem is not None:
-            log.warning("the dead-letter archive at %s takes records again", self.directory)
+            log.info("the dead-letter archive at %s takes records again", self.directory)
             self.problem = self.problem_since = self._cause = None
         if self._loop is not None:
             # More may be due (a batch is cut at BATCH messages or its

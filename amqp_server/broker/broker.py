@@ -186,7 +186,7 @@ class Broker:
             log.warning("%s alarm set: publishers are blocked", resource)
         else:
             self.alarms.discard(resource)
-            log.warning("%s alarm cleared", resource)
+            log.info("%s alarm cleared", resource)
         self.on_alarm()
 
     def store_congested(self, congested: bool) -> None:
@@ -214,7 +214,8 @@ class Broker:
                 if raised:
                     paged += queue.page_out_tail()
         if paged:
-            log.warning("memory pressure: %d messages paged to disk", paged)
+            # What the broker does about it, not what an operator must do.
+            log.info("memory pressure: %d messages paged to disk", paged)
 
     def sweep(self, now: float | None = None) -> int:
         """The expiry reaper: expired messages anywhere in any queue die now,

@@ -12,7 +12,10 @@ each page says how many there are.
 Queues are known to hold dead letters by name (`_DLQ`, `DLQ.`, `EXP.`),
 by being marked by a user, by being bound to an exchange that some queue
 dead-letters to, or by the messages at their head carrying `x-death` or
-`_AMQ_ORIG_ADDRESS`.
+`_AMQ_ORIG_ADDRESS` without `x-redrive-count`: a redriven message keeps its
+`x-death`, and one back in the work queue it was redriven to says nothing
+of that queue (one that died again after its redrive is in a queue found
+by the other signs).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dlx.redrive import (
     is_dead_letter,
     named_like_dead_letters,
     origin_of,
+    redrive_count,
 )
 from dlx.text import as_optional_text
 
@@ -94,7 +98,7 @@ def why_dead_letters(broker, vhost, queue, marks: Marks, targets: set[str]) -> s
     if any(source in targets for source, _key in queue.bindings):
         return "dead-letter exchange"
     for message in peek(broker, queue.name, vhost.name, SAMPLED):
-        if is_dead_letter(message.headers):
+        if is_dead_letter(message.headers) and not redrive_count(message.headers):
             return "x-death" if message.deaths else "_AMQ_ORIG_ADDRESS"
     return None
 

@@ -27,7 +27,8 @@ PORT_HINT = ("point amqpctl at amqp-server's management port with --port PORT or
 
 class Api:
     def __init__(self, host: str, port: int, username: str, password: str) -> None:
-        self.base = f"http://{host}:{port}/api"
+        self.root = f"http://{host}:{port}"
+        self.base = f"{self.root}/api"
         token = base64.b64encode(f"{username}:{password}".encode()).decode()
         self.headers = {"Authorization": f"Basic {token}"}
         self._overview: dict[str, Any] | None = None
@@ -72,7 +73,15 @@ class Api:
 
     def overview(self) -> dict[str, Any]:
         if self._overview is None:
-            answer = self.call("GET", "/overview")
+            try:
+                answer = self.call("GET", "/overview")
+            except CtlError as exc:
+                # Every management API has /api/overview: a JSON 404 there
+                # is another server's (RabbitMQ's Prometheus plugin answers
+                # any path so), not a missing virtual host.
+                if str(exc) != "not found":
+                    raise
+                raise self._not_management("it has no /api/overview") from None
             if not isinstance(answer, dict):
                 raise self._not_management("its /api/overview is not an object")
             self._overview = answer
@@ -93,8 +102,22 @@ class Api:
                        f"only; {PORT_HINT}", EX_UNAVAILABLE)
 
     def _not_management(self, why: str) -> CtlError:
-        return CtlError(f"{self.base} is not a management API: {why}; --port must name "
-                        "the management port (15672 by default)", EX_UNAVAILABLE)
+        return CtlError(f"{self.base} is not a management API: {why}{self._exporter()}; "
+                        "--port must name the management port (15672 by default)",
+                        EX_UNAVAILABLE)
+
+    def _exporter(self) -> str:
+        """", and it serves Prometheus metrics: ..." when the address reached
+        answers /metrics in Prometheus's text format (15692, the Prometheus
+        port, is one digit away from 15672), else nothing."""
+        try:
+            with urllib.request.urlopen(self.root + "/metrics", timeout=5) as response:
+                head = response.read(65536).decode("utf-8", "replace")
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+            return ""
+        if "# TYPE " not in head:
+            return ""
+        return ", and it serves Prometheus metrics at /metrics: that is a Prometheus port"
 
 
 # A verb: what it does with the API and the parsed command line.
@@ -139,6 +162,10 @@ def vhost_path(vhost: str) -> str:
 
 def queue_path(vhost: str, queue: str) -> str:
     return f"/queues/{vhost_path(vhost)}/{quote(queue, safe='')}"
+
+
+def exchange_path(vhost: str, exchange: str) -> str:
+    return f"/exchanges/{vhost_path(vhost)}/{quote(exchange, safe='')}"
 
 
 def exists(api: Api, path: str) -> bool:

@@ -1,6 +1,7 @@
 """amqpctl's verbs on a vhost's objects: list_queues, list_exchanges and
-list_bindings with rabbitmqctl's columns, purge_queue, delete_queue, and the
-definitions of everything (export_definitions, import_definitions)."""
+list_bindings with rabbitmqctl's columns, purge_queue, delete_queue,
+delete_exchange, and the definitions of everything (export_definitions,
+import_definitions)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import json
 import sys
 
-from .api import AddVerb, Api, queue_path, vhost_path
+from .api import AddVerb, Api, exchange_path, missing_vhost, queue_path, vhost_path
 from .output import EX_DATAERR, CtlError, columns, say, table
 
 # A stream's own columns (RabbitMQ's names; `stream` holds ours): empty in
@@ -67,6 +68,18 @@ def delete_queue(api: Api, args: argparse.Namespace) -> None:
     _on_queue(api, args, "DELETE", "")
 
 
+def delete_exchange(api: Api, args: argparse.Namespace) -> None:
+    say(args, f"Deleting exchange '{args.name}' on vhost '{args.vhost}' ...")
+    query = "?if-unused=true" if args.if_unused else ""
+    try:
+        api.call("DELETE", f"{exchange_path(args.vhost, args.name)}{query}")
+    except CtlError as exc:
+        if str(exc) != "not found":
+            raise
+        raise missing_vhost(api, args.vhost) or CtlError(
+            f"exchange '{args.name}' not found in vhost '{args.vhost}'", EX_DATAERR) from None
+
+
 def _on_queue(api: Api, args: argparse.Namespace, method: str, suffix: str) -> None:
     api.call(method, f"{queue_path(args.vhost, args.name)}{suffix}",
              missing=CtlError(f"queue '{args.name}' not found in vhost '{args.vhost}'",
@@ -102,6 +115,10 @@ def register(verb: AddVerb) -> None:
         verb(name, func, name.replace("_", " ")).add_argument("columns", nargs="*")
     verb("purge_queue", purge_queue, "purge a queue").add_argument("name")
     verb("delete_queue", delete_queue, "delete a queue").add_argument("name")
+    exchange = verb("delete_exchange", delete_exchange, "delete an exchange and its bindings")
+    exchange.add_argument("--if-unused", action="store_true",
+                          help="only if no queue or exchange is bound to it")
+    exchange.add_argument("name")
     verb("export_definitions", export_definitions,
          "write definitions to FILE ('-' for stdout)").add_argument("file")
     verb("import_definitions", import_definitions,

@@ -83,6 +83,7 @@ def _keys_help(operator: bool) -> str:
 def register(verb: AddVerb) -> None:
     for prefix, operator in (("", False), ("operator_", True)):
         kind = "operator policy" if operator else "policy"
+        a_kind = "an operator policy" if operator else "a policy"
 
         def setting(api: Api, args: argparse.Namespace, operator: bool = operator) -> None:
             set_policy(api, args, operator)
@@ -93,12 +94,12 @@ def register(verb: AddVerb) -> None:
         def listing(api: Api, args: argparse.Namespace, operator: bool = operator) -> None:
             list_policies(api, args, operator)
 
-        sub = verb(f"set_{prefix}policy", setting, f"set a {kind}")
+        sub = verb(f"set_{prefix}policy", setting, f"set {a_kind}")
         sub.epilog = _keys_help(operator)
         sub.add_argument("--priority", type=int, default=0)
         sub.add_argument("--apply-to", default="all")
         sub.add_argument("name")
         sub.add_argument("pattern")
         sub.add_argument("definition")
-        verb(f"clear_{prefix}policy", clearing, f"clear a {kind}").add_argument("name")
+        verb(f"clear_{prefix}policy", clearing, f"clear {a_kind}").add_argument("name")
         verb(f"list_{prefix}policies", listing, f"list {kind} entries")

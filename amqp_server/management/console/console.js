@@ -1,7 +1,10 @@
 // The web console: a page per hash (#/queues, #/dead-letters/vhost/name ...),
 // everything read from and done through the management HTTP API with the
 // logged-in user's credentials.  Plain DOM, no build step; the charts are
-// uPlot's (vendor/, shipped with the package).
+// uPlot's (vendor/, shipped with the package).  A page's address is a link:
+// opened before login, the page shows once the user is in; a queue's
+// workbench keeps its filter in the address (#/dead-letters/vhost/name?
+// reason=expired&body=sku), as the API's query names it.
 "use strict";
 (() => {
   const POLL_MS = 5000;
@@ -17,6 +20,7 @@
   let poller = null;
   let viewToken = 0;  // a view's late answers are dropped once another view is shown
   let leaving = [];  // what the shown view lets go of when another is shown
+  let routeQuery = new URLSearchParams();  // what follows `?` in the shown page's hash
 
   // ---- small DOM helpers (text is always set as text, never as HTML) ----------
 
@@ -794,8 +798,8 @@
       el("label", {}, "Reason", el("select", {name: "reason", id: "filter-reason"},
         el("option", {value: "", text: "any"}), ...REASONS.map((r) => el("option", {value: r, text: r})))),
       text("original_queue", "Original queue"), text("original_exchange", "Original exchange"),
-      el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local"})),
-      el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local"})),
+      el("label", {}, "First died since", el("input", {name: "since", id: "filter-since", type: "datetime-local", step: "1"})),
+      el("label", {}, "First died until", el("input", {name: "until", id: "filter-until", type: "datetime-local", step: "1"})),
       text("message_id", "Message id"), text("body", "Body contains"),
     ];
   }
@@ -935,6 +939,18 @@
       loadArchive();
     }
 
+    // The filter is the address's too, so that the page with it is a link
+    // (since and until in seconds since the epoch, as the API takes them).
+    const here = `#/dead-letters/${enc(vhost)}/${enc(queue)}`;
+    const linked = () => history.replaceState(null, "",
+      here + (Object.keys(current).length ? "?" + new URLSearchParams(current) : ""));
+    for (const field of filterForm.elements) {
+      const value = field.name ? routeQuery.get(field.name) : null;
+      if (value === null || value === "") continue;
+      current[field.name] = value;
+      field.value = field.name === "since" || field.name === "until"
+        ? dateTime(Number(value)).replace(" ", "T") : value;
+    }
     filterForm.addEventListener("submit", (event) => {
       event.preventDefault();
       const data = new FormData(filterForm);
@@ -944,12 +960,14 @@
         current[key] = key === "since" || key === "until"
           ? String(Math.floor(new Date(value).getTime() / 1000)) : value;
       }
+      linked();
       offset = 0;
       selected.clear();
       load();
     });
     filterForm.addEventListener("reset", () => {
       current = {};
+      linked();
       offset = 0;
       selected.clear();
       setTimeout(load);
@@ -1393,7 +1411,9 @@
 
   function route() {
     if (!me) return;
-    const parts = (location.hash.replace(/^#\/?/, "") || "overview").split("/").map(decodeURIComponent);
+    const [path, query] = location.hash.replace(/^#\/?/, "").split("?", 2);
+    routeQuery = new URLSearchParams(query || "");
+    const parts = (path || "overview").split("/").map(decodeURIComponent);
     const name = views[parts[0]] ? parts[0] : "overview";
     for (const link of document.querySelectorAll("#nav a")) {
       link.classList.toggle("active", link.dataset.view === name);

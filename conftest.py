@@ -1,0 +1,47 @@
+"""The suite's kinds of test, and how a parallel run (pytest-xdist, as
+./scripts/test runs it) keeps the ones that share something apart.
+
+A test's kind is a marker (registered in pyproject.toml): a module marks
+itself (`pytestmark`), and a test that uses a fixture of one kind is marked
+here, so that `-m "not cluster"` and the like select by what a test needs.
+
+Under `--dist loadgroup` the tests of a kind that shares one thing run one
+after another on one worker, while the other workers take the rest:
+differential tests share the reference RabbitMQ (a policy, a user or the
+consumer timeout set there for one test is the whole broker's), Spark tests
+one SparkSession and its JVM, cluster tests the cores their etcd members and
+broker nodes need to keep their leases (two clusters at once on two cores
+starve each other's heartbeats).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# A test using one of these fixtures is of that kind.
+KIND_OF_FIXTURE = {
+    "rabbitmq_url": "differential",
+    "rabbitmq_management_url": "differential",
+    "rabbitmq_prometheus_url": "differential",
+    "spark": "spark",
+    "connect_server": "spark",
+    "chromium": "browser",
+    "etcd_cluster": "cluster",
+    "cluster": "cluster",
+}
+
+# The kinds whose tests run one at a time, each kind on one worker.
+SERIAL_KINDS = ("differential", "spark", "cluster")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = getattr(item, "fixturenames", ())
+        for kind in sorted({KIND_OF_FIXTURE[name] for name in used if name in KIND_OF_FIXTURE}):
+            if item.get_closest_marker(kind) is None:
+                item.add_marker(kind)
+        serial = [kind for kind in SERIAL_KINDS if item.get_closest_marker(kind) is not None]
+        if serial and item.get_closest_marker("xdist_group") is None:
+            # A test of two such kinds joins the first one's group.
+            item.add_marker(pytest.mark.xdist_group(serial[0]))
