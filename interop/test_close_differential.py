@@ -24,8 +24,8 @@ from pamqp import commands as spec
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 
+from .broken_content import BROKEN_CONTENT, broken_content
 from .rawclient import RawClient
-from .test_publish_close_differential import BROKEN_CONTENT, broken_content
 
 OPEN_FOR = 0.3
 BOUND = 10.0

@@ -1,9 +1,11 @@
 """A connection driven in memory, as the sans-IO tests drive it: bytes in,
-frames and methods out, no socket."""
+frames and methods out, no socket; plain objects for what its flow control
+reads and pauses (`Resources`, `Transport`)."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 from pamqp import commands as spec
 
@@ -81,3 +83,20 @@ def consuming(broker, queue: str, prefetch: int = 0, no_ack: bool = False, **arg
         call(conn, 1, make(spec.Basic.Qos, prefetch_count=prefetch))
     call(conn, 1, make(spec.Basic.Consume, queue=queue, consumer_tag="c", no_ack=no_ack))
     return conn
+
+
+@dataclass
+class Resources:
+    alarms: set = field(default_factory=set)
+    store_busy: bool = False
+
+
+@dataclass
+class Transport:
+    calls: list = field(default_factory=list)
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")

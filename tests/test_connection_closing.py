@@ -14,8 +14,7 @@ from amqp_server.protocol.connection import CLOSED, CLOSING, OPEN, Connection
 from amqp_server.wire import frames
 from amqp_server.wire.methods import decode_method, make
 
-from .sansio import methods, open_connection, split_frames
-from .test_flow_control import Resources, Transport
+from .sansio import Resources, Transport, methods, open_connection, split_frames
 
 CLIENT_CLOSE = frames.method_frame(0, make(spec.Connection.Close, reply_code=200,
                                            reply_text="done"))
