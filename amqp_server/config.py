@@ -42,8 +42,12 @@ class BrokerConfig:
     frame_max: int = 131072
     channel_max: int = 2047
     heartbeat: int = 60
-    # Seconds to wait for close-ok before dropping the socket.
-    close_timeout: float = 3.0
+    # The most seconds a closing connection waits for its client (close-ok
+    # to the broker's connection.close, or the end of the socket after the
+    # broker's close-ok): RabbitMQ's 30 (rabbit_reader's ?CLOSING_TIMEOUT).
+    # A negotiated heartbeat below it is the bound instead, and 3 s before
+    # tune-ok, as RabbitMQ's.
+    close_timeout: float = 30.0
     # RabbitMQ's handshake_timeout (ms): a client that has not finished
     # connection.open by then is dropped, however slowly it keeps talking.
     handshake_timeout: int = 10000

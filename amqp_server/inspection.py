@@ -30,8 +30,9 @@ __all__ = ["Death", "PeekedMessage", "find_queue", "find_vhost", "queue_depth", 
 def open_connections(server: Server, vhost: str | None = None) -> list[AMQPProtocol]:
     """Client connections not closed or being closed: all of them, or those
     opened on `vhost` (a connection still in its handshake has no vhost
-    yet).  One the broker has sent connection.close counts as closed: its
-    socket goes at close-ok or after `close_timeout`, whatever the client does."""
+    yet).  One closing counts as closed, whoever closed it: its socket goes
+    when the client answers or closes it, or after the connection's close
+    timeout, whatever the client does."""
     return [protocol for protocol in server.protocols
             if (conn := _connection(protocol)).state not in (CLOSING, CLOSED)
             and protocol.transport is not None and not protocol.transport.is_closing()

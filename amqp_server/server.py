@@ -144,8 +144,12 @@ class AMQPProtocol(asyncio.Protocol):
             if conn.heartbeat:
                 self._schedule_heartbeat()
         elif conn.state == CLOSING and "close" not in self._timers:
-            self._timers["close"] = self.loop.call_later(
-                self.server.broker.config.close_timeout, transport.close)
+            # The client closes the socket (its end reaches eof_received's
+            # default: the transport closes) or answers our close; past
+            # the connection's bound it is dropped, unsent output and all,
+            # whether the client reads or not (rabbit_reader's
+            # terminate_connection timer; RabbitMQ resets the socket).
+            self._timers["close"] = self.loop.call_later(conn.close_timeout, transport.abort)
         conn.flushed()
 
     def _schedule_heartbeat(self) -> None:
@@ -168,7 +172,9 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _handshake_expired(self) -> None:
         self._timers.pop("handshake", None)
-        if self.conn.state != OPEN and self.transport is not None:
+        # A closing connection has its own bound (rabbit_reader ignores
+        # handshake_timeout once stopping).
+        if self.conn.state not in (OPEN, CLOSING) and self.transport is not None:
             log.info("connection from %s did not finish the handshake in time",
                      self.conn.peer_host)
             self.conn.connection_lost()

@@ -135,6 +135,19 @@ def test_shutdown_sends_connection_forced(broker):
         320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
 
 
+def test_shutdown_closes_a_socket_its_client_has_not_closed_after_close_ok(broker):
+    """The broker waits for a client to close its socket after close-ok
+    (up to 30 s); a shutdown does not."""
+    client = RawClient.opened(broker.port)
+    client.send_method(0, make(spec.Connection.Close, reply_code=200, reply_text="done"))
+    assert isinstance(client.read_method()[1], spec.Connection.CloseOk)
+    client.sock.settimeout(0.3)
+    assert not client.closed_by_peer()
+    broker.stop()
+    client.sock.settimeout(5)
+    assert client.closed_by_peer() and client.buffer == b""
+
+
 def test_tune_ok_frame_max_above_server_is_refused(broker):
     client = RawClient(broker.port)
     client.send(frames.PROTOCOL_HEADER)

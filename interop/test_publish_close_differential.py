@@ -17,6 +17,7 @@ from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties, encode_properties
 
+from .broken_content import broken_content
 from .management_api import call
 from .rawclient import RawClient
 
@@ -62,41 +63,6 @@ def refused_publishes(url: str, internal: str) -> dict:
     return seen
 
 
-def _header(size: int, class_id: int = 60) -> bytes:
-    header = frames.content_header(size, b"\x00\x00")
-    return frames.frame(frames.FRAME_HEADER, 1, class_id.to_bytes(2, "big") + header[2:])
-
-
-def _publish() -> bytes:
-    return frames.method_frame(1, make(spec.Basic.Publish, exchange="", routing_key="k"))
-
-
-BROKEN_CONTENT = {
-    "a header of another class": _publish() + _header(1, 50),
-    "a second header": _publish() + _header(2) + _header(2),
-    "a body before the header": _publish() + frames.frame(frames.FRAME_BODY, 1, b"x"),
-    "a publish before the body": _publish() + _header(2) + _publish(),
-    "a body with no publish": frames.frame(frames.FRAME_BODY, 1, b"x"),
-    "a header with no publish": _header(1),
-}
-
-
-def broken_content(url: str) -> dict:
-    """The connection.close each broken content stream gets, on its own
-    connection."""
-    seen = {}
-    for name, data in BROKEN_CONTENT.items():
-        client = RawClient.for_url(url)
-        try:
-            client.send(data)
-            channel, close = client.read_method()
-        finally:
-            client.close()
-        assert (channel, type(close)) == (0, spec.Connection.Close), close
-        seen[name] = (close.reply_code, close.reply_text, close.class_id, close.method_id)
-    return seen
-
-
 @pytest.fixture
 def internal_exchanges(broker, rabbitmq_url, rabbitmq_management_url):
     """An internal exchange of this run's name on both brokers."""
@@ -121,4 +87,7 @@ def test_broken_content_names_the_publish_it_belongs_to_as_rabbitmq(broker, rabb
     ours = broken_content(broker.url)
     assert ours == broken_content(rabbitmq_url)
     assert ours["a second header"][2:] == (60, 40)
+    assert ours["a method before the body"][:2] == (
+        505, "UNEXPECTED_FRAME - expected content body, got non content body frame instead")
+    assert ours["a channel.close amid the content"][2:] == (60, 40)
     assert ours["a body with no publish"][2:] == (0, 0)

@@ -1,9 +1,11 @@
 """A connection driven in memory, as the sans-IO tests drive it: bytes in,
-frames and methods out, no socket."""
+frames and methods out, no socket; plain objects for what its flow control
+reads and pauses (`Resources`, `Transport`)."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 from pamqp import commands as spec
 
@@ -27,14 +29,14 @@ def methods(data: bytes):
     return [decode_method(p) for t, _, p in split_frames(data) if t == frames.FRAME_METHOD]
 
 
-def open_connection(broker: Broker) -> Connection:
+def open_connection(broker: Broker, heartbeat: int = 0) -> Connection:
     conn = Connection(broker)
     conn.receive_data(frames.PROTOCOL_HEADER)
     conn.receive_data(frames.method_frame(0, make(
         spec.Connection.StartOk, client_properties=FieldTable(), mechanism="PLAIN",
         response=b"\x00guest\x00guest", locale="en_US")))
     conn.receive_data(frames.method_frame(0, make(spec.Connection.TuneOk, channel_max=100,
-                                                  frame_max=131072, heartbeat=0)))
+                                                  frame_max=131072, heartbeat=heartbeat)))
     conn.receive_data(frames.method_frame(0, make(spec.Connection.Open, virtual_host="/")))
     conn.receive_data(frames.method_frame(1, make(spec.Channel.Open)))
     out = methods(conn.data_to_send())
@@ -81,3 +83,20 @@ def consuming(broker, queue: str, prefetch: int = 0, no_ack: bool = False, **arg
         call(conn, 1, make(spec.Basic.Qos, prefetch_count=prefetch))
     call(conn, 1, make(spec.Basic.Consume, queue=queue, consumer_tag="c", no_ack=no_ack))
     return conn
+
+
+@dataclass
+class Resources:
+    alarms: set = field(default_factory=set)
+    store_busy: bool = False
+
+
+@dataclass
+class Transport:
+    calls: list = field(default_factory=list)
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")

@@ -3,8 +3,6 @@ stand for the broker's resources and the transport; no socket, no loop."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from pamqp import commands as spec
 
 from amqp_server.broker.broker import Broker
@@ -20,24 +18,7 @@ from amqp_server.protocol.flow import (
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 
-from .sansio import methods, open_connection
-
-
-@dataclass
-class Resources:
-    alarms: set = field(default_factory=set)
-    store_busy: bool = False
-
-
-@dataclass
-class Transport:
-    calls: list = field(default_factory=list)
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
+from .sansio import Resources, Transport, methods, open_connection
 
 
 def flow(resources: Resources | None = None) -> tuple[Flow, Transport, list]:

@@ -9,9 +9,19 @@ hook so the I/O shell knows to flush.  Nothing here touches a socket or a
 clock: the shell in `server.py` owns those and calls `heartbeat_tick`.
 
 Handshake states, in order: the protocol header, connection.start-ok,
-connection.tune-ok, connection.open, then `open`.  Once the broker has sent
-connection.close it waits for close-ok and ignores everything else, as the
-spec requires.
+connection.tune-ok, connection.open, then `open`.
+
+Closing is RabbitMQ 3.10's (rabbit_reader.erl): whoever closes, the broker's
+last word is connection.close or the close-ok answering the client's, and
+the connection then waits in CLOSING (rabbit_reader's `closed` state) for
+the client to finish: its close-ok (to our close) ends the connection at
+once, and so does the end of its socket, which the shell sees; a
+connection.close (both ends closed at once) gets close-ok and the wait goes
+on; everything else is dropped unread, as the spec asks.  The socket is the
+client's to close (spec: close-ok "tells the recipient that it is safe to
+release resources for the connection and close the socket"); the wait is
+bounded by `close_timeout` seconds, which the shell keeps.  Heartbeats go
+on meanwhile, as RabbitMQ's do.
 """
 
 from __future__ import annotations
@@ -44,12 +54,21 @@ from ..wire.properties import Layout
 from ..wire.reader import FrameReader, PublishFields, publish_fields, settle_payload
 from ..wire.table import FieldTable, decode_table_body
 from .channel import Channel
+from .channel.publishing import out_of_place
+from .closing_channel import ClosingChannel
 from .flow import Flow
 
 log = logging.getLogger("amqp_server.connection")
 
 _PUBLISH_IDS = struct.pack(">HH", frames.BASIC_CLASS, 40)
 _MIN_FRAME_MAX = 4096
+# rabbit_reader's timeout before tune-ok has negotiated a heartbeat
+# (?NORMAL_TIMEOUT, seconds): what a connection closed then waits at most.
+_UNTUNED_TIMEOUT = 3
+# What rabbit_reader's fatal_frame_error waits, reading nothing, before it
+# drops a connection whose frames it can no longer tell apart
+# (?SILENT_CLOSE_DELAY, seconds).
+_SILENT_CLOSE_DELAY = 3
 
 AWAIT_HEADER = "header"
 AWAIT_START_OK = "start-ok"
@@ -89,7 +108,8 @@ class Connection:
         self._wakeup = wakeup or (lambda: None)
         self.state = AWAIT_HEADER
         self.channels: dict[int, Channel] = {}
-        self.closing_channels: set[int] = set()
+        # Channels the broker has closed, until the client's close-ok.
+        self.closing_channels: dict[int, ClosingChannel] = {}
         self.exclusive_queues: set = set()
         self.capabilities: dict = {}
         self.client_properties: dict = {}
@@ -100,6 +120,9 @@ class Connection:
         self.frame_max = self.config.frame_max
         self.channel_max = self.config.channel_max
         self.heartbeat = 0
+        self._tuned = False
+        # Seconds a CLOSING connection waits for the client, set as it closes.
+        self.close_timeout = 0.0
         self.close_after_flush = False
         self._reader = FrameReader(self, self.frame_max, self.config.max_message_size)
         # Whether the peer is read and how much more may be written to it:
@@ -260,25 +283,27 @@ class Connection:
             self._on_channel(channel, channel.settle_each, method_id, tags, requeue)
 
     def on_content_header(self, number: int, payload: bytes) -> None:
-        channel = self._taking_content(number)
-        if channel is not None:
+        channel = self.channels.get(number)
+        if channel is None:
+            self._closed_channel(number).content_header(payload)
+        elif not channel.closing:
             self._on_channel(channel, channel.content_header, payload)
 
     def on_content_body(self, number: int, payload: bytes) -> None:
-        channel = self._taking_content(number)
-        if channel is not None:
-            self._on_channel(channel, channel.content_body, payload)
-
-    def _taking_content(self, number: int):
-        """The open channel a content frame is for; None when that channel
-        is closing (its content is dropped until close-ok); a channel never
-        opened is a connection error."""
         channel = self.channels.get(number)
         if channel is None:
-            if number in self.closing_channels:
-                return None
+            self._closed_channel(number).content_body(payload)
+        elif not channel.closing:
+            self._on_channel(channel, channel.content_body, payload)
+
+    def _closed_channel(self, number: int) -> ClosingChannel:
+        """The channel `number` the broker has closed, whose frames are
+        followed until close-ok; a channel never opened is a connection
+        error."""
+        closed = self.closing_channels.get(number)
+        if closed is None:
             raise channel_error("expected 'channel.open'")
-        return None if channel.closing else channel
+        return closed
 
     def on_method(self, number: int, payload: bytes) -> None:
         if self.state == CLOSING:
@@ -299,30 +324,20 @@ class Connection:
             return
         if self.state != OPEN:
             raise AMQPError(CHANNEL_ERROR, "channel methods before connection.open")
-        if isinstance(method, spec.Channel.Open):
-            if channel is not None or number in self.closing_channels:
-                raise channel_error("second 'channel.open' seen")
-            # RabbitMQ counts open channels; their numbers may be any.
-            if len(self.channels) >= self.channel_max:
-                raise not_allowed(
-                    f"number of channels opened ({len(self.channels)}) has reached the "
-                    f"negotiated channel_max ({self.channel_max})")
-            self.channels[number] = Channel(self, number)
-            self.broker.counters.channels_opened += 1
-            self._send_method(number, make(spec.Channel.OpenOk))
-            return
-        if isinstance(method, spec.Channel.CloseOk):
-            self.closing_channels.discard(number)
-            return
         if channel is None:
-            if number in self.closing_channels:
-                return  # discard everything until close-ok (spec 4.2.6)
-            raise channel_error("expected 'channel.open'")
-        if isinstance(method, spec.Channel.Close):
-            channel.release()
-            del self.channels[number]
-            self._send_method(number, make(spec.Channel.CloseOk))
+            self._on_channel_not_open(number, method, payload)
             return
+        if isinstance(method, (spec.Channel.Open, spec.Channel.Close, spec.Channel.CloseOk)):
+            due = channel.content_due()
+            if due is not None:
+                raise out_of_place(due)  # amid a publish's content, as any method
+            if isinstance(method, spec.Channel.Open):
+                raise channel_error("second 'channel.open' seen").for_method(20, 10)
+            if isinstance(method, spec.Channel.Close):
+                channel.release()
+                del self.channels[number]
+                self._send_method(number, make(spec.Channel.CloseOk))
+            return  # a close-ok on an open channel: nothing to do
         try:
             channel.handle_method(method)
         except AMQPError as error:
@@ -330,6 +345,33 @@ class Connection:
             if error.closes_connection:
                 raise
             self.channel_error(channel, error)
+
+    def _on_channel_not_open(self, number: int, method, payload: bytes) -> None:
+        """A method on a channel that is not open: channel.open, or one the
+        broker has closed and waits for close-ok on (closing_channel.py)."""
+        closed = self.closing_channels.get(number)
+        if closed is None:
+            if isinstance(method, spec.Channel.Open):
+                # RabbitMQ counts open channels; their numbers may be any.
+                if len(self.channels) >= self.channel_max:
+                    raise not_allowed(
+                        f"number of channels opened ({len(self.channels)}) has reached the "
+                        f"negotiated channel_max ({self.channel_max})")
+                self.channels[number] = Channel(self, number)
+                self.broker.counters.channels_opened += 1
+                self._send_method(number, make(spec.Channel.OpenOk))
+            elif not isinstance(method, spec.Channel.CloseOk):
+                raise channel_error("expected 'channel.open'")
+            return
+        closed.method(payload)
+        if isinstance(method, spec.Channel.CloseOk):
+            del self.closing_channels[number]
+        elif isinstance(method, spec.Channel.Close):
+            # Both ends closed the channel at once: RabbitMQ answers and
+            # still waits for its own close-ok.
+            self._send_method(number, make(spec.Channel.CloseOk))
+        elif isinstance(method, spec.Channel.Open):
+            raise channel_error("second 'channel.open' seen").for_method(20, 10)
 
     def _publish(self, channel: Channel, payload: bytes) -> None:
         """basic.publish not read whole with its content."""
@@ -362,9 +404,10 @@ class Connection:
         """Close one channel with a soft error; the connection carries on."""
         if self.channels.get(channel.number) is not channel:
             return
+        due = channel.content_due()
         channel.release()
         del self.channels[channel.number]
-        self.closing_channels.add(channel.number)
+        self.closing_channels[channel.number] = ClosingChannel(due)
         self._send_method(channel.number, make(
             spec.Channel.Close, reply_code=error.code, reply_text=error.reply_text,
             class_id=error.class_id, method_id=error.method_id))
@@ -377,15 +420,31 @@ class Connection:
             self.close_transport()
             return
         self._release_all()
-        self.state = CLOSING
-        self._reader.start_closing()
         self._send_method(0, make(
             spec.Connection.Close, reply_code=error.code, reply_text=error.reply_text,
             class_id=error.class_id, method_id=error.method_id))
+        self._start_closing()
+
+    def _start_closing(self) -> None:
+        """The broker has said its last word: wait for the client (module
+        docstring), at most its heartbeat timeout and never more than
+        `close_timeout` (rabbit_reader's close_connection: the heartbeat
+        when it is below ?CLOSING_TIMEOUT, 30 s, else 30 s; 3 s before
+        tune-ok).  A reader that lost the frames' boundaries reads nothing
+        more: no close-ok can come, the socket goes after 3 s."""
+        if self._reader.stopped:
+            waited = _SILENT_CLOSE_DELAY
+        else:
+            waited = self.heartbeat if self._tuned else _UNTUNED_TIMEOUT
+        limit = self.config.close_timeout
+        self.close_timeout = waited if 0 < waited < limit else limit
+        self.state = CLOSING
+        self._reader.start_closing()
+        self.flow.closing()
 
     def _while_closing(self, payload: bytes) -> None:
-        """A method on channel 0 after our connection.close (the reader
-        yields no other frame then)."""
+        """A method on channel 0 while CLOSING (the reader yields no other
+        frame then)."""
         try:
             method = decode_method(payload)
         except MethodDecodeError:
@@ -394,7 +453,6 @@ class Connection:
             self.close_transport()
         elif isinstance(method, spec.Connection.Close):
             self._send_method(0, make(spec.Connection.CloseOk))
-            self.close_transport()
 
     # ---- handshake and channel 0 ----------------------------------------
 
@@ -421,9 +479,10 @@ class Connection:
     def _connection_method(self, method) -> None:
         state = self.state
         if isinstance(method, spec.Connection.Close):
-            self._send_method(0, make(spec.Connection.CloseOk))
+            # Exclusive queues are gone before close-ok goes, as in RabbitMQ.
             self._release_all()
-            self.close_transport()
+            self._send_method(0, make(spec.Connection.CloseOk))
+            self._start_closing()
             return
         if isinstance(method, spec.Connection.CloseOk):
             self.close_transport()
@@ -515,6 +574,7 @@ class Connection:
         self._reader.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
+        self._tuned = True
         self.state = AWAIT_OPEN
 
     def _open(self, method) -> None:

@@ -15,6 +15,11 @@ for HTTP:
   its requests are not read either, since their answers would pile up;
 - a refused login: nothing more is read while the refusal waits to be sent.
 
+A closing connection is read whatever else holds, as RabbitMQ's reader
+leaves its `blocked` state when it closes: the client's close-ok (or the
+end of its socket) is all that is awaited then, and nothing else it sends
+is taken.
+
 Writing: deliveries stop being queued past OUTPUT_HIGH_WATER bytes of
 unsent output (so a consumer without prefetch cannot pull a whole queue
 into memory), or while the transport's own buffer is full; `starved` notes
@@ -65,7 +70,7 @@ class Transport(Protocol):
 class Flow:
     __slots__ = ("_resources", "_announce", "_transport", "publishing", "blocked",
                  "writable", "login_refused", "buffered", "starved", "reading",
-                 "_paused_channels")
+                 "_paused_channels", "_closing")
 
     def __init__(self, resources: Resources,
                  announce: Callable[[str | None], None] = lambda reason: None) -> None:
@@ -80,6 +85,7 @@ class Flow:
         self.starved = False  # a delivery waited for room
         self.reading = True
         self._paused_channels: set[int] = set()  # channel.flow active=false
+        self._closing = False
 
     # ---- reading -------------------------------------------------------
 
@@ -90,7 +96,9 @@ class Flow:
 
     def reasons(self) -> set[str]:
         """Why the connection is not read now (empty: it is read)."""
-        reasons = set()
+        reasons: set[str] = set()
+        if self._closing:
+            return reasons
         if self.blocked:
             reasons.add(ALARM)
         if self.publishing and self._resources.store_busy:
@@ -116,6 +124,12 @@ class Flow:
         self.login_refused = True
         self._decide()
 
+    def closing(self) -> None:
+        """The connection closes: read its client's answer, whatever held
+        reading back."""
+        self._closing = True
+        self._decide()
+
     def _decide(self) -> None:
         alarms = self._resources.alarms
         if alarms and self.publishing and not self.blocked:
@@ -124,8 +138,9 @@ class Flow:
         elif not alarms and self.blocked:
             self.blocked = False
             self._announce(None)
-        should_read = (not self.blocked and self.writable and not self.login_refused
-                       and not (self.publishing and self._resources.store_busy))
+        should_read = self._closing or (
+            not self.blocked and self.writable and not self.login_refused
+            and not (self.publishing and self._resources.store_busy))
         if should_read != self.reading and self._transport is not None:
             self.reading = should_read
             if should_read:

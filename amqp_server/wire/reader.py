@@ -222,10 +222,15 @@ class FrameReader:
             self._mode = _CLOSING
 
     def stop(self) -> None:
-        """The connection is closed: nothing more is read, from this read
-        either."""
+        """The connection is closed, or its frames can no longer be told
+        apart (a frame too large, a frame-end octet missing): nothing more
+        is read, from this read either."""
         self._mode = _STOPPED
         self._buffer = b""
+
+    @property
+    def stopped(self) -> bool:
+        return self._mode == _STOPPED
 
     def read(self, data: bytes) -> None:
         """Report the events `data` completes, with what earlier reads left."""
@@ -249,6 +254,7 @@ class FrameReader:
                 return
             frame_type, channel, size = unpack_header(data, pos)
             if size > self.frame_max:
+                self.stop()  # where the next frame starts is unknown now
                 raise AMQPError(FRAME_ERROR, f"type {frame_type}, frame of {size} octets "
                                              f"exceeds frame_max {self.frame_max}")
             start = pos + FRAME_HEADER_SIZE
@@ -256,6 +262,7 @@ class FrameReader:
             if end >= end_of_data:
                 break
             if data[end] != FRAME_END:
+                self.stop()
                 raise AMQPError(FRAME_ERROR,
                                 f"type {frame_type}, invalid frame end marker {data[end]}")
             pos = end + 1

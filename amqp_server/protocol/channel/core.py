@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pamqp import commands as spec
 
-from ...errors import AMQPError, not_implemented, unexpected_frame
+from ...errors import AMQPError, not_implemented
 from ...storage.definition_log import NO_JOURNAL
 from ...wire.methods import make
 from ..consumer import Consumer
@@ -34,7 +34,7 @@ from .declaring import Declaring
 from .deliveries import Deliveries, Taken
 from .names import QueueNames
 from .output import ChannelOutput
-from .publishing import Publishing
+from .publishing import Publishing, out_of_place
 from .replying import Replies
 from .transactions import Transactions
 
@@ -134,10 +134,14 @@ class Channel:
 
     # ---- methods -------------------------------------------------------
 
+    def content_due(self) -> int | None:
+        """What the publish being assembled frame by frame waits for
+        (Publishing.content_due)."""
+        return self.publishing.content_due()
+
     def handle_method(self, method) -> None:
         if self.publishing.assembling():
-            raise unexpected_frame(
-                "expected content header for class 60, got non content header frame instead")
+            raise out_of_place(self.publishing.content_due())
         handler = self._handlers.get(type(method))
         if handler is None:
             raise AMQPError(540, f"unimplemented method {method.name}")

@@ -14,7 +14,13 @@ Interface: `start`, `content_header`, `content_body` (frame by frame),
 `publish` and `publish_run` (publishes read whole: the connection's fast
 path, which skips the assembly but meets the same publish path; the tests
 in tests/test_publish_runs.py hold the two to the same observable
-outcome), `assembling`, `reset`.
+outcome), `assembling`, `content_due`, `reset`.
+
+What a channel expects next of a publish's content (`content_due`), and the
+error for a frame out of its place (`out_of_place`), are also what the
+connection follows on a channel it has closed, until close-ok
+(protocol/closing_channel.py): RabbitMQ's reader assembles content before
+any channel sees it, closing or not (rabbit_command_assembler.erl).
 """
 
 from __future__ import annotations
@@ -37,6 +43,39 @@ from .transactions import Transactions
 _BODY_SIZE = struct.Struct(">Q")
 _HEADER_CLASS = struct.Struct(">H")
 BASIC_PUBLISH = (60, 40)
+# `content_due` when a basic.publish waits for its content header (a body
+# due is its octets left; nothing due, None: a method comes next).
+HEADER_DUE = -1
+
+
+def out_of_place(due: int | None) -> AMQPError:
+    """The error for a frame that is not the one `due`, worded and named
+    as rabbit_command_assembler's: content with no publish before it names
+    no method, anything amid a publish's content names basic.publish."""
+    if due is None:
+        return unexpected_frame("expected method frame, got non method frame instead")
+    if due == HEADER_DUE:
+        return unexpected_frame("expected content header for class 60, got non content "
+                                "header frame instead").for_method(*BASIC_PUBLISH)
+    return unexpected_frame("expected content body, got non content body frame "
+                            "instead").for_method(*BASIC_PUBLISH)
+
+
+def body_size(header: bytes) -> int:
+    """The body size a content header announces, once it is basic's (60)."""
+    (class_id,) = _HEADER_CLASS.unpack_from(header, 0)
+    if class_id != 60:
+        raise AMQPError(505, f"expected content header for class 60, "
+                             f"got one for class {class_id} instead")
+    return _BODY_SIZE.unpack_from(header, 4)[0]
+
+
+def body_left(due: int, body: bytes) -> int:
+    """Octets of a body still due after this body frame."""
+    left = due - len(body)
+    if left < 0:
+        raise AMQPError(501, "content body frame exceeds remaining content size")
+    return left
 
 
 class Publishing:
@@ -60,6 +99,13 @@ class Publishing:
         """Is a publish's content being read frame by frame?"""
         return self._publish is not None
 
+    def content_due(self) -> int | None:
+        """What the publish being assembled waits for: None (no publish),
+        HEADER_DUE, or the octets of its body still due."""
+        if self._publish is None:
+            return None
+        return HEADER_DUE if self._header is None else self._body_left
+
     def reset(self) -> None:
         """The channel closed: the content being assembled is dropped."""
         self._publish = None
@@ -70,10 +116,7 @@ class Publishing:
               immediate: bool) -> None:
         """basic.publish: its content frames follow."""
         if self._publish is not None:
-            raise unexpected_frame(
-                "expected content body, got non content body frame instead"
-                if self._header is not None else
-                "expected content header for class 60, got non content header frame instead")
+            raise out_of_place(self.content_due())
         if immediate:
             raise not_implemented("immediate=true")
         self._publish = (exchange, routing_key, route, mandatory)
@@ -87,41 +130,38 @@ class Publishing:
 
     def content_header(self, payload: bytes) -> None:
         if self._publish is None:
-            raise unexpected_frame("expected method frame, got non method frame instead")
+            raise out_of_place(None)
         if len(payload) < 14:  # not a header frame at all (rabbit_command_assembler)
             raise AMQPError(501, "content header frame too short")
         try:
             if self._header is not None:
-                raise unexpected_frame(
-                    "expected content body, got non content body frame instead")
+                raise out_of_place(self._body_left)
             self._header_frame(payload)
         except AMQPError as error:
             raise error.for_method(*BASIC_PUBLISH) from None
 
     def content_body(self, payload: bytes) -> None:
         if self._publish is None:
-            raise unexpected_frame("expected method frame, got non method frame instead")
+            raise out_of_place(None)
         try:
             if self._header is None:
-                raise unexpected_frame("expected content header for class 60, "
-                                       "got non content header frame instead")
+                raise out_of_place(HEADER_DUE)
             self._body_frame(payload)
         except AMQPError as error:
             raise error.for_method(*BASIC_PUBLISH) from None
 
     def _header_frame(self, payload: bytes) -> None:
-        (class_id,) = _HEADER_CLASS.unpack_from(payload, 0)
-        if class_id != 60:
-            raise AMQPError(505, f"expected content header for class 60, "
-                                 f"got one for class {class_id} instead")
+        size = body_size(payload)
         try:
             scan_properties(payload, HEADER_PREFIX)
         except ValueError as exc:
             raise AMQPError(SYNTAX_ERROR, f"malformed content header: {exc}") from None
-        (size,) = _BODY_SIZE.unpack_from(payload, 4)
         limit = self._conn.config.max_message_size
         if size > limit:
-            self._publish = None
+            # The channel closes; its body frames are still on their way,
+            # and the connection follows them until close-ok (content_due).
+            self._header = payload
+            self._body_left = size
             raise precondition_failed(
                 f"message size {size} is larger than configured max size {limit}")
         if size == 0:
@@ -131,9 +171,7 @@ class Publishing:
             self._body_left = size
 
     def _body_frame(self, payload: bytes) -> None:
-        left = self._body_left - len(payload)
-        if left < 0:
-            raise AMQPError(501, "content body frame exceeds remaining content size")
+        left = body_left(self._body_left, payload)
         if left == 0:
             if self._body:
                 self._body.append(payload)
