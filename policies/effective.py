@@ -23,6 +23,7 @@ from amqp_server.wire.table import FieldTable
 from dlx.expiry import clamps
 from dlx.limits import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
 from dlx.redelivery import ARTEMIS_MAX_DELIVERY_ATTEMPTS, Redelivery
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS
 
 from .checks import qpid_flag
 from .settings_table import (
@@ -93,6 +94,8 @@ class QueueSettings:
     qpid_dlq_enabled: bool
     # ours: ms a dead letter may wait before it is archived (None: forever)
     dead_letter_retention: int | None
+    # Whose rules the queue follows (dlx/semantics.py): its virtual host's.
+    semantics: str = DEFAULT_SEMANTICS
 
     @property
     def redelivery(self) -> Redelivery:
@@ -166,10 +169,12 @@ def _named(arguments: Mapping[str, object], *layers: Mapping[str, object]) \
 
 def resolve(arguments: FieldTable | None, policy: Mapping[str, object] | None = None,
             operator_policy: Mapping[str, object] | None = None, policy_wins: bool = False,
-            address_settings: Mapping[str, object] | None = None) -> QueueSettings:
+            address_settings: Mapping[str, object] | None = None,
+            semantics: str = DEFAULT_SEMANTICS) -> QueueSettings:
     """`policy_wins` flips the argument-first keys that allow it for sites
     that want central control (config `policy_precedence = "policy"`);
-    `address_settings` is the merged `[address-settings]` match for the queue."""
+    `address_settings` is the merged `[address-settings]` match for the queue;
+    `semantics` whose rules apply (dlx/semantics.py)."""
     args: Mapping[str, object] = arguments or FieldTable()
     user: Mapping[str, object] = policy or {}
     operator: Mapping[str, object] = operator_policy or {}
@@ -214,7 +219,7 @@ def resolve(arguments: FieldTable | None, policy: Mapping[str, object] | None = 
         values.pop("dead_letter_retention", None)
     if values.get("queue_type") == "quorum" and values.get("overflow") == REJECT_PUBLISH_DLX:
         values["overflow"] = DROP_HEAD  # quorum queues do not support it (3.13 warns)
-    return QueueSettings(**{**DEFAULTS, **values})
+    return QueueSettings(**{**DEFAULTS, **values}, semantics=semantics)
 
 
 def _plain(value: object) -> object:

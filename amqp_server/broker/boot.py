@@ -15,6 +15,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlx.semantics import MODES as SEMANTICS_MODES
+
 from ..errors import AMQPError
 from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definition_log import DefinitionLog, arguments, persists
@@ -94,8 +96,10 @@ def restore_definitions(broker: Broker, saved: dict[str, list]) -> list[str]:
     broker.vhosts.clear()
     broker.users.clear()
     broker.permissions.clear()
-    for _, name in saved["V"]:
-        broker.add_vhost(name)
+    for _, name, *metadata in saved["V"]:
+        chosen = metadata[0] if metadata and isinstance(metadata[0], dict) else {}
+        semantics = chosen.get("rabbitmq_semantics")
+        broker.add_vhost(name, semantics if semantics in SEMANTICS_MODES else None)
     for _, name, password_hash, tags in saved["U"]:
         broker.users[name] = User(name, password_hash, tuple(tags))
     for _, user, vhost, configure, write, read in saved["P"]:
@@ -131,8 +135,8 @@ def _restore(vhost, record: list) -> None:
 def journal_everything(broker: Broker) -> None:
     """Every durable definition the broker holds, as records."""
     journal = broker.journal
-    for name in broker.vhosts:
-        journal.vhost_added(name)
+    for name, vhost in broker.vhosts.items():
+        journal.vhost_added(name, vhost.metadata)
     for user in broker.users.values():
         journal.user_put(user)
     for (user, vhost), permission in broker.permissions.items():

@@ -82,17 +82,27 @@ class Broker:
             self.permissions[(self.config.default_user, self.config.default_vhost)] = \
                 Permission()
 
-    def add_vhost(self, name: str) -> VirtualHost:
+    def add_vhost(self, name: str, semantics: str | None = None) -> VirtualHost:
+        """The vhost of that name, made if missing; `semantics`: the ones
+        it chooses (its metadata), else it follows the broker's.  A vhost
+        that exists keeps the semantics it has: ValueError if asked for
+        others (its queues were made under them)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(
                 name, self.timers, self.policies, self.config.policy_precedence == "policy",
-                self.config.address_settings)
+                self.config.address_settings,
+                semantics=semantics or self.config.rabbitmq_semantics,
+                semantics_chosen=semantics is not None)
             vhost.counters = self.counters
             vhost.replies = self.replies
             if self.journal is not None:
                 self.attach(vhost)
-                self.journal.vhost_added(name)
+                self.journal.vhost_added(name, vhost.metadata)
+        elif semantics is not None and semantics != vhost.semantics:
+            raise ValueError(f"vhost '{name}' follows RabbitMQ {vhost.semantics}'s semantics; "
+                             "they cannot change while it exists (delete it and create it "
+                             "again)")
         return vhost
 
     def set_permission(self, user: str, vhost: str, permission: Permission) -> None:

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 
 from dlx.addresses import address_filter, per_address_queue, qpid_names
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS
 from policies.address_settings import AddressSettings
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
@@ -129,8 +130,13 @@ class VirtualHost:
     def __init__(self, name: str, timers: Timers | None = None,
                  policies: PolicyStore | None = None, policy_wins: bool = False,
                  address_settings: AddressSettings | None = None,
-                 clock: Callable[[], float] = now_ms, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = now_ms, rng: random.Random | None = None,
+                 semantics: str = DEFAULT_SEMANTICS, semantics_chosen: bool = False) -> None:
         self.name = name
+        # Whose rules its queues and dead-lettering follow (dlx/semantics.py),
+        # and whether the vhost chose them (its metadata) or has the broker's.
+        self.semantics = semantics
+        self.semantics_chosen = semantics_chosen
         self.timers = timers or Timers()
         # The clock (wall-clock ms) and the random source its queues and
         # dead-lettering read; tests pass fakes.
@@ -154,6 +160,12 @@ class VirtualHost:
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = EXCHANGE_TYPES[xtype](name, xname, durable=True,
                                                            internal=internal)
+
+    @property
+    def metadata(self) -> dict:
+        """What the vhost chose for itself (kept with its definition):
+        its semantics, when it chose them."""
+        return {"rabbitmq_semantics": self.semantics} if self.semantics_chosen else {}
 
     # ---- lookups -------------------------------------------------------
 
@@ -474,7 +486,8 @@ class VirtualHost:
                 self._settings_made.clear()
             settings = self._settings_made[key] = resolve(
                 arguments, policy.definition if policy else None,
-                operator.definition if operator else None, self.policy_wins, address)
+                operator.definition if operator else None, self.policy_wins, address,
+                self.semantics)
         return settings, policy, operator
 
     def reapply_policies(self) -> None:
