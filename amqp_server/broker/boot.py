@@ -58,6 +58,7 @@ def _recover(broker: Broker, data_dir: Path) -> list[str]:
     legacy = legacy_document(data_dir) if fresh else None
     if not fresh:
         problems.extend(restore_definitions(broker, saved))
+        problems.extend(broker.drop_policies_their_vhosts_refuse())
     elif legacy is not None:
         definitions.import_(broker, legacy)  # written by an earlier version
     del saved
@@ -188,7 +189,7 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
                 queue.page_stored(stored[index:])  # all the rest: nothing overtakes them
                 break
             (_, _, _, seq, exchange, routing_key, header, body, keys, bcc,
-             deadline) = item.record()
+             deadline, annotations) = item.record()
             # Messages routed alike share their route and header objects,
             # as they did before the restart.
             shared = routes.get((exchange, routing_key))
@@ -202,10 +203,12 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
                               tuple(keys) if keys else default_keys)
             if bcc:
                 message.bcc = tuple(bcc)
+            message.annotations = annotations
             entry = Entry(seq, message)
             # A counted delivery before the crash is a delivery that failed.
             entry.redelivered = item.delivered or item.deliveries > 0
             entry.returns = item.deliveries
+            entry.failed = item.failed
             entry.deadline = deadline
             entry.segment = item.segment
             queue.restore(entry, item.due if item.due is not None and item.due > now else None)

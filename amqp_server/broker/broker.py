@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from policies.model import Policy, make_policy
+from policies.model import Policy, PolicyError, make_policy, validate_definition
 from policies.store import PolicyStore
 
 from ..config import BrokerConfig
@@ -308,10 +308,31 @@ class Broker:
                    apply_to: str = "all", operator: bool = False) -> Policy:
         """Validate, store and apply at once; PolicyError or KeyError (no such vhost)."""
         host = self._vhost(vhost)
-        policy = make_policy(vhost, name, pattern, definition, priority, apply_to, operator)
+        policy = make_policy(vhost, name, pattern, definition, priority, apply_to, operator,
+                             host.semantics)
         self.policies.put(policy, operator)
         host.reapply_policies()
         return policy
+
+    def drop_policies_their_vhosts_refuse(self) -> list[str]:
+        """After a restart: a policy its vhost's semantics no longer take
+        (the broker's semantics changed, and the vhost follows them) goes,
+        and its vhost's queues take their settings again; one line each."""
+        problems = []
+        for operator in (False, True):
+            for policy in list(self.policies.table(operator).values()):
+                host = self.vhosts.get(policy.vhost)
+                if host is None:
+                    continue
+                try:
+                    validate_definition(policy.definition, operator, host.semantics)
+                except PolicyError as exc:
+                    self.policies.remove(policy.vhost, policy.name, operator)
+                    host.reapply_policies()
+                    problems.append(f"policy '{policy.name}' in vhost '{policy.vhost}' "
+                                    f"dropped: RabbitMQ {host.semantics}'s semantics refuse "
+                                    f"it ({exc.plain})")
+        return problems
 
     def clear_policy(self, vhost: str, name: str, operator: bool = False) -> Policy:
         host = self._vhost(vhost)

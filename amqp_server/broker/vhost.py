@@ -315,7 +315,7 @@ class VirtualHost:
             raise precondition_failed(
                 f"invalid type '{dlx[0]}' for arg 'x-dead-letter-exchange' in {what}")
         try:
-            queue_type = validate_queue_arguments(arguments)
+            queue_type = validate_queue_arguments(arguments, self.semantics)
         except ArgumentError as error:
             raise precondition_failed(error.message(what)) from None
         if queue_type in ("quorum", "stream"):

@@ -103,7 +103,8 @@ class Consuming:
             raise access_refused(
                 f"{resource_name('queue', queue.name, vhost.name)} in exclusive use")
         try:
-            priority = validate_consume_arguments(method.arguments, queue.settings.queue_type)
+            priority = validate_consume_arguments(method.arguments, queue.settings.queue_type,
+                                                  queue.settings.semantics)
         except ArgumentError as error:
             raise precondition_failed(error.message(
                 resource_name("queue", queue.name, vhost.name))) from None

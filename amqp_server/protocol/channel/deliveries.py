@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from operator import attrgetter, itemgetter
 
+from dlx.redelivery import REJECTED
+
 from ...errors import AMQPError, precondition_failed
 from ...wire import frames
 from ..consumer import Consumer
@@ -211,25 +213,27 @@ class Deliveries:
             queue.settle(entries)
         self._after_release(set(by_queue))
 
-    def requeue(self, taken: Taken, by_client: bool = True) -> None:
-        """Rejected with requeue, recovered, or left at the channel's close:
-        back in their queues."""
+    def requeue(self, taken: Taken, how: str = REJECTED) -> None:
+        """Rejected or nacked with requeue, recovered, or left at the
+        channel's close (`how`, dlx.redelivery's, says which: 4.3 counts them
+        apart): back in their queues."""
         by_queue = self._released(taken)
         for queue, entries in by_queue.items():
             if queue.deleted:
                 queue.settle(entries)  # nowhere to go back to
             else:
-                queue.requeue(entries, by_client)
+                queue.requeue(entries, how)
         self._after_release(set(by_queue))
 
-    def discard(self, taken: Taken) -> None:
-        """Rejected without requeue: the messages die with reason 'rejected'."""
+    def discard(self, taken: Taken, how: str = REJECTED) -> None:
+        """Rejected or nacked without requeue: the messages die with reason
+        'rejected'."""
         by_queue = self._released(taken)
         for queue, entries in by_queue.items():
             if queue.deleted:
                 queue.settle(entries)
             else:
-                queue.reject(entries)
+                queue.reject(entries, how)
         self._after_release(set(by_queue))
 
     def _after_release(self, touched: set) -> None:

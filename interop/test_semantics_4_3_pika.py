@@ -1,0 +1,136 @@
+"""Programs written against RabbitMQ 4.3's quorum queues and dead-lettering,
+run with pika over TCP against the broker in 4.3 mode
+(`rabbitmq_semantics = "4.3"`): each test is what such an application does
+and sees (docs/choosing-semantics.md; the rules, line by line, are in
+tests/test_quorum_4_3_*.py)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pika
+import pytest
+
+from amqp_server.config import BrokerConfig
+from amqp_server.testing import BrokerThread
+
+from .test_management import amqpctl
+from .waiting import wait_get, wait_get_noack
+
+
+@pytest.fixture
+def broker():
+    with BrokerThread(BrokerConfig(rabbitmq_semantics="4.3")) as running:
+        yield running
+
+
+@pytest.fixture
+def channel(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    yield connection.channel()
+    if connection.is_open:
+        connection.close()
+
+
+def declare_work(channel, **arguments):
+    """A quorum work queue dead-lettering to `work.dlq`, as RabbitMQ's
+    documentation sets one up."""
+    channel.queue_declare("work.dlq", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.queue_declare("work", durable=True, arguments={
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "work.dlq", **arguments})
+
+
+def test_a_poison_message_is_dead_lettered_after_20_failed_deliveries(channel):
+    """A consumer that fails on a message and rejects it back: 4.x stops
+    after 20 failures (4.0.1's release notes) where 3.13 loops forever."""
+    declare_work(channel)
+    channel.basic_publish("", "work", b"poison")
+    counts = []
+    for _ in range(30):
+        method, props, _ = wait_get(channel, "work", timeout=2, auto_ack=False)
+        if method is None:
+            break
+        counts.append((props.headers or {}).get("x-delivery-count"))
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    assert counts == [None, *range(1, 21)]
+    _, props, body = wait_get_noack(channel, "work.dlq")
+    assert body == b"poison"
+    [death] = props.headers["x-death"]
+    assert (death["reason"], death["queue"], death["count"]) == ("delivery_limit", "work", 1)
+    assert props.headers["x-first-death-reason"] == "delivery_limit"
+
+
+def test_nacked_messages_come_back_without_counting_towards_the_limit(channel):
+    declare_work(channel)
+    channel.basic_publish("", "work", b"busy")
+    for _ in range(30):
+        method, _, _ = wait_get_noack(channel, "work")
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    method, props, _ = wait_get_noack(channel, "work")
+    assert props.headers == {"x-acquired-count": 30}
+    assert method.redelivered
+    channel.basic_ack(method.delivery_tag)
+    assert channel.queue_declare("work.dlq", passive=True).method.message_count == 0
+
+
+def test_the_counts_follow_the_message_to_the_dead_letter_queue(channel):
+    declare_work(channel, **{"x-delivery-limit": 2})
+    channel.basic_publish("", "work", b"m")
+    for _ in range(3):
+        method, _, _ = wait_get_noack(channel, "work")
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    method, props, _ = wait_get_noack(channel, "work.dlq")
+    assert method.redelivered
+    assert (props.headers["x-delivery-count"], props.headers["x-acquired-count"]) == (3, 3)
+
+
+def test_a_closed_channel_counts_as_a_failed_delivery(broker, channel):
+    declare_work(channel)
+    channel.basic_publish("", "work", b"m")
+    other = pika.BlockingConnection(pika.URLParameters(broker.url))
+    wait_get_noack(other.channel(), "work")
+    other.close()
+    _, props, _ = wait_get_noack(channel, "work")
+    assert props.headers == {"x-acquired-count": 1, "x-delivery-count": 1}
+
+
+def test_a_limit_of_minus_one_turns_it_off(channel):
+    declare_work(channel, **{"x-delivery-limit": -1})
+    channel.basic_publish("", "work", b"poison")
+    for _ in range(25):
+        method, _, _ = wait_get_noack(channel, "work")
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    _, props, _ = wait_get_noack(channel, "work")
+    assert props.headers["x-delivery-count"] == 25
+
+
+def test_a_policy_sets_the_limit_of_a_running_queue(broker, channel):
+    declare_work(channel)
+    channel.basic_publish("", "work", b"m")
+    assert amqpctl(broker, "set_policy", "poison", "^work$", '{"delivery-limit": 1}',
+                   "--apply-to", "quorum_queues") == 0
+    for _ in range(2):
+        method, _, _ = wait_get_noack(channel, "work")
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    assert wait_get(channel, "work", timeout=0.5)[0] is None
+    assert wait_get_noack(channel, "work.dlq")[2] == b"m"
+
+
+def test_a_client_republishing_x_death_is_not_counted(channel):
+    """4.0.1's release notes: an x-death a client publishes is not
+    interpreted; the application's retry counter has to be its own header."""
+    declare_work(channel)
+    republished = {"x-death": [{"count": 7, "reason": "rejected", "queue": "work",
+                                "exchange": "", "routing-keys": ["work"],
+                                "time": datetime.datetime(2024, 1, 1)}],
+                   "x-first-death-reason": "expired"}
+    channel.basic_publish("", "work", b"again",
+                          pika.BasicProperties(headers=republished))
+    method, props, _ = wait_get_noack(channel, "work")
+    assert props.headers["x-death"][0]["count"] == 7  # passed on as a header
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    _, props, _ = wait_get_noack(channel, "work.dlq")
+    [death] = props.headers["x-death"]  # the client's entry is gone
+    assert (death["count"], death["reason"]) == (1, "rejected")
+    assert props.headers["x-first-death-reason"] == "rejected"
