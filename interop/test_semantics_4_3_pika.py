@@ -14,7 +14,8 @@ import pytest
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_management import amqpctl
+from .test_management import amqpctl, http
+from .test_workbench_api import dead_letters, wait_task
 from .waiting import wait_get, wait_get_noack
 
 
@@ -134,3 +135,17 @@ def test_a_client_republishing_x_death_is_not_counted(channel):
     [death] = props.headers["x-death"]  # the client's entry is gone
     assert (death["count"], death["reason"]) == (1, "rejected")
     assert props.headers["x-first-death-reason"] == "rejected"
+
+
+def test_a_redriven_dead_letter_dies_again_with_its_count_going_on(broker, channel):
+    """The workbench's redrive is the broker's own move: the x-death it
+    wrote stays the message's history under 4.3 (a client republishing the
+    same bytes would start it anew)."""
+    dead_letters(channel, [b"order"])
+    status, started = http(broker, "POST", "/api/queues/%2F/work.dlq/redrive", {"filter": {}})
+    assert status == 202 and wait_task(broker, started["task"])["moved"] == 1
+    method, props, _ = wait_get_noack(channel, "work")
+    assert props.headers["x-death"][0]["count"] == 1
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    _, props, _ = wait_get_noack(channel, "work.dlq")
+    assert props.headers["x-death"][0]["count"] == 2
