@@ -7,6 +7,8 @@ tests/test_quorum_4_3_*.py)."""
 from __future__ import annotations
 
 import datetime
+import json
+import time
 
 import pika
 import pytest
@@ -149,3 +151,41 @@ def test_a_redriven_dead_letter_dies_again_with_its_count_going_on(broker, chann
     channel.basic_reject(method.delivery_tag, requeue=False)
     _, props, _ = wait_get_noack(channel, "work.dlq")
     assert props.headers["x-death"][0]["count"] == 2
+
+
+def test_a_policy_gives_a_quorum_queue_delayed_retry(broker, channel, capsys):
+    """A failed delivery waits delayed-retry-min (times the failures, at
+    most delayed-retry-max) before it is delivered again; the queue shows
+    the configuration and what waits, over HTTP and in amqpctl."""
+    declare_work(channel)
+    assert amqpctl(broker, "set_policy", "retry", "^work$",
+                   '{"delayed-retry-type": "failed", "delayed-retry-min": 60000, '
+                   '"delayed-retry-max": 600000}', "--apply-to", "quorum_queues") == 0
+    channel.basic_publish("", "work", b"flaky")
+    method, _, _ = wait_get_noack(channel, "work")
+    before = time.time() * 1000
+    channel.basic_reject(method.delivery_tag, requeue=True)
+    queue = http(broker, "GET", "/api/queues/%2F/work")[1]
+    assert queue["delayed_retry"] == "failed (min: 60000ms, max: 600000ms)"
+    assert (queue["messages_delayed"], queue["messages_ready"], queue["messages"]) == (1, 0, 1)
+    assert queue["next_delayed_at"] >= before + 60000
+    assert channel.basic_get("work")[0] is None  # held back
+    capsys.readouterr()
+    assert amqpctl(broker, "list_queues", "name", "delivery_limit", "delayed_retry",
+                   "messages_delayed", "--formatter", "json") == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"name": "work", "delivery_limit": 20,
+         "delayed_retry": "failed (min: 60000ms, max: 600000ms)", "messages_delayed": 1},
+        {"name": "work.dlq", "delivery_limit": 20, "delayed_retry": "disabled",
+         "messages_delayed": 0}]
+
+
+def test_a_delayed_retry_is_never_early(channel):
+    declare_work(channel, **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 200})
+    channel.basic_publish("", "work", b"flaky")
+    method, _, _ = wait_get_noack(channel, "work")
+    rejected_at = time.monotonic()
+    channel.basic_reject(method.delivery_tag, requeue=True)
+    _, props, _ = wait_get_noack(channel, "work")
+    assert time.monotonic() - rejected_at >= 0.2
+    assert props.headers == {"x-acquired-count": 1, "x-delivery-count": 1}

@@ -121,18 +121,17 @@ class QueueSettings:
             self.delayed_retry)
 
     @property
+    def is_quorum_4x(self) -> bool:
+        """A quorum queue under RabbitMQ 4.3's rules (rabbit_fifo v8)."""
+        return self.is_quorum and is_4x(self.semantics)
+
+    @property
     def delayed_retry(self) -> DelayedRetry | None:
         """4.3's delayed retry of a quorum queue, None when off."""
-        if not (self.is_quorum and is_4x(self.semantics)):
+        if not self.is_quorum_4x:
             return None
         return delayed_retry(self.delayed_retry_type, self.delayed_retry_min,
                              self.delayed_retry_max)
-
-    @property
-    def strict_priorities(self) -> bool:
-        """4.3's quorum queues order every message by its priority (32
-        levels), with no x-max-priority (ordering.py)."""
-        return self.is_quorum and is_4x(self.semantics)
 
     @property
     def clamps_expiry(self) -> bool:

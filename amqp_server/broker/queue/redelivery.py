@@ -29,6 +29,7 @@ Interface (the queue calls it; `now` is the queue's clock, wall-clock ms):
     schedule(entry, due) -> effect  the same, redelivered flag untouched (scheduled delivery)
     due(now)                        the held entries whose time has come (taken)
     next_due                        when the next one is due (None: none)
+    due_times()                     (earliest, latest) due, None when none waits
     take_expired(now)               held entries whose TTL passed (taken)
     delayed, delayed_count          the entries held, how many
     holds_from(seq)                 some held entry has a seq of at least `seq`
@@ -55,7 +56,6 @@ from dlx.redelivery import (
     after_return,
     delivery_failed,
 )
-from dlx.semantics import is_4x
 
 from ..message import ANN_DELIVERY_COUNT, Entry, Message
 from .effects import REDELIVERY, ArmTimer, CountReturn, DeadLetter, Forget
@@ -80,7 +80,7 @@ class Redelivery:
     def apply(self, settings) -> None:
         self.rules = settings.redelivery
         self.at_head = settings.is_quorum
-        self.quorum_4x = settings.is_quorum and is_4x(settings.semantics)
+        self.quorum_4x = settings.is_quorum_4x
         # Returns are counted only where some rule reads the count.
         self.counts = settings.is_quorum or self.rules.active
 
@@ -211,6 +211,13 @@ class Redelivery:
     @property
     def next_due(self) -> float | None:
         return self._scheduled[0][0] if self._scheduled else None
+
+    def due_times(self) -> tuple[float, float] | None:
+        """(the earliest, the latest) time a held entry is due, None when
+        none waits."""
+        if not self._scheduled:
+            return None
+        return self._scheduled[0][0], max(item[0] for item in self._scheduled)
 
     def take_expired(self, now: float) -> list[Entry]:
         expired = [item[2] for item in self._scheduled
