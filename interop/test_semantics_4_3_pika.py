@@ -189,3 +189,17 @@ def test_a_delayed_retry_is_never_early(channel):
     _, props, _ = wait_get_noack(channel, "work")
     assert time.monotonic() - rejected_at >= 0.2
     assert props.headers == {"x-acquired-count": 1, "x-delivery-count": 1}
+
+
+def test_a_quorum_queue_serves_priorities_strictly(broker, channel):
+    """4.3's quorum queues take the message priority without x-max-priority:
+    the highest first, 4 for a message with none; the management API counts
+    them by priority."""
+    declare_work(channel)
+    for body, priority in ((b"low", 1), (b"plain", None), (b"urgent", 9), (b"high", 5)):
+        channel.basic_publish("", "work", body, pika.BasicProperties(priority=priority))
+    queue = http(broker, "GET", "/api/queues/%2F/work")[1]
+    assert queue["messages_by_priority"] == {"1": 1, "4": 1, "5": 1, "9": 1}
+    assert queue["messages_active_priorities"] == 4
+    got = [wait_get(channel, "work")[2] for _ in range(4)]
+    assert got == [b"urgent", b"high", b"plain", b"low"]

@@ -105,12 +105,19 @@ def stream_fields(queue) -> dict:
 def quorum_4_3_fields(queue) -> dict:
     """What RabbitMQ 4.3 shows of a quorum queue (rabbit_quorum_queue:
     handle_tick/3): its delivery limit (`unlimited` when off), its delayed
-    retry, and when the first and last delayed messages are due (ms since
+    retry, its ready messages by priority and those returned (served
+    first), and when the first and last delayed messages are due (ms since
     the epoch, only while some wait)."""
     settings = queue.settings
     limit = settings.delivery_limit
+    by_priority = queue.by_priority()
     shape = {"delivery_limit": limit if limit is not None else "unlimited",
-             "delayed_retry": describe_delayed_retry(settings.delayed_retry)}
+             "delayed_retry": describe_delayed_retry(settings.delayed_retry),
+             # rabbit_fifo_pq:overview/1: each priority holding messages
+             "messages_by_priority": {str(level): count
+                                      for level, count in sorted(by_priority.items())},
+             "messages_active_priorities": len(by_priority),
+             "messages_ready_returned": len(queue.ready.returns)}
     due = queue.redelivery.due_times()
     if due:
         shape["next_delayed_at"], shape["last_delayed_at"] = int(due[0]), int(due[1])

@@ -119,7 +119,7 @@ class Queue:
         self.clock = clock  # wall-clock ms
         # The parts.  Ordering and dispatch follow the arguments only (no
         # policy key): fixed for the queue's life.
-        self.ready = ready_for(settings.max_priority)
+        self.ready = ready_for(settings.max_priority, settings.is_quorum_4x)
         self.consumers = (SingleActive(by_priority=not settings.is_quorum)
                           if settings.single_active_consumer else RoundRobin())
         self.limits = Limits(clock())
@@ -203,6 +203,16 @@ class Queue:
     @property
     def paged_bytes(self) -> int:
         return self.pager.bytes
+
+    def by_priority(self) -> dict[int, int]:
+        """A 4.3 quorum queue's ready messages at each priority that has
+        any, in memory and paged (its returned ones aside)."""
+        counts = self.ready.by_priority()
+        for lane in range(self.ready.lane_count):
+            paged = self.pager.count_in(lane)
+            if paged:
+                counts[lane] = counts.get(lane, 0) + paged
+        return counts
 
     @property
     def delayed(self) -> list[Entry]:
@@ -564,7 +574,11 @@ class Queue:
         as a new message (rabbit_fifo's #requeue command)."""
         for entry in entries:
             entry.redelivered = True
-            self._append(entry, len(entry.message.body))
+            if self.pages_next(entry.segment is not None, entry):
+                self._page_out(entry)
+            else:
+                self.ready.append_requeued(entry)
+            self.ready_bytes += len(entry.message.body)
         if self.limits.sheds_head:
             self.carry_out(self._drop_head())
         if self.consumers:
