@@ -203,3 +203,19 @@ def test_a_quorum_queue_serves_priorities_strictly(broker, channel):
     assert queue["messages_active_priorities"] == 4
     got = [wait_get(channel, "work")[2] for _ in range(4)]
     assert got == [b"urgent", b"high", b"plain", b"low"]
+
+
+def test_purge_also_drops_dead_letters_waiting_for_a_target(broker, channel):
+    """4.3.0's release notes: purging a quorum queue removes its
+    at-least-once dead letters pending delivery (here, to an exchange that
+    does not exist yet), and counts them."""
+    channel.queue_declare("orders", durable=True, arguments={
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "not-yet",
+        "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+    for body in (b"a", b"b"):
+        channel.basic_publish("", "orders", body)
+    method, _, _ = wait_get_noack(channel, "orders")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert http(broker, "GET", "/api/queues/%2F/orders")[1]["dead_letter_held"] == 1
+    assert channel.queue_purge("orders").method.message_count == 2
+    assert http(broker, "GET", "/api/queues/%2F/orders")[1]["dead_letter_held"] == 0

@@ -347,3 +347,23 @@ def test_a_dead_letters_count_and_own_deaths_survive_a_restart(tmp_path):
     entry = take(dlq)
     assert headers(entry)["x-delivery-count"] == 1 and entry.redelivered
     assert entry.message.owns_deaths  # its x-death is still a death history
+
+
+# ---- purge (rabbit_fifo.erl:501-519) ---------------------------------------------
+
+
+@pytest.mark.parametrize("semantics,purged,held_after", [("4.3", 3, 0), ("3.13", 2, 1)])
+def test_purge_drops_pending_at_least_once_dead_letters_in_4_3(clock, semantics, purged,
+                                                               held_after):
+    """4.3: NumPurged = NumReady + DelayedLen + NumDlx, and dlx_purge/1 empties
+    the discards; 3.13 left them to be retried."""
+    host = VirtualHost("/", clock=clock, semantics=semantics)
+    q = host.declare_queue("qq", None, durable=True, arguments=FieldTable({
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "nowhere",
+        "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}))
+    for body in (b"a", b"b", b"c"):
+        publish(host, message("qq", body))
+    q.reject([take(q)])
+    assert q.held_count == 1
+    assert q.purge() == purged
+    assert q.held_count == held_after

@@ -859,9 +859,14 @@ class Queue:
     # ---- purge and delete ------------------------------------------------------
 
     def purge(self) -> int:
-        """Ready and delayed messages go (those out for delivery stay)."""
+        """Ready and delayed messages go (those out for delivery stay); a
+        4.3 quorum queue's at-least-once dead letters waiting for a target
+        go too, and count (rabbit_fifo:apply_/3 for #purge: dlx_purge/1)."""
         delayed = self.redelivery.clear()
         count = self.message_count + len(delayed)
+        if self.redelivery.quorum_4x and self.redelivery.held_count:
+            count += self.redelivery.held_count
+            self.redelivery.drop_held()
         self._forget(self.ready)
         self._forget(delayed)
         self._forget_paged()
