@@ -13,6 +13,8 @@ import time
 import pika
 import pytest
 
+from amqp_server.broker.erlang_hash import phash2
+from amqp_server.broker.modulus_hash import PHASH2_RANGE
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
@@ -219,3 +221,36 @@ def test_purge_also_drops_dead_letters_waiting_for_a_target(broker, channel):
     assert http(broker, "GET", "/api/queues/%2F/orders")[1]["dead_letter_held"] == 1
     assert channel.queue_purge("orders").method.message_count == 2
     assert http(broker, "GET", "/api/queues/%2F/orders")[1]["dead_letter_held"] == 0
+
+
+def test_a_modulus_hash_exchange_spreads_keys_over_its_queues(broker, channel):
+    """4.3 has x-modulus-hash in its core: each routing key always reaches
+    the same one of the bound queues, the one RabbitMQ would pick."""
+    channel.exchange_declare("shards", "x-modulus-hash", durable=True)
+    for name in ("shard-0", "shard-1", "shard-2"):
+        channel.queue_declare(name, durable=True)
+        channel.queue_bind(name, "shards")
+    keys = [f"customer-{n}" for n in range(12)]
+    for _ in range(2):
+        for key in keys:
+            channel.basic_publish("shards", key, key.encode())
+    where = {}
+    for name in ("shard-0", "shard-1", "shard-2"):
+        while (got := wait_get(channel, name, timeout=0.5))[0] is not None:
+            where.setdefault(got[2].decode(), set()).add(name)
+    assert set(where) == set(keys)
+    assert all(len(queues) == 1 for queues in where.values())
+    expected = {key: f"shard-{phash2([key.encode()], PHASH2_RANGE) % 3}" for key in keys}
+    assert {key: queues.pop() for key, queues in where.items()} == expected
+    types = [t["name"] for t in http(broker, "GET", "/api/nodes")[1][0]["exchange_types"]]
+    assert "x-modulus-hash" in types
+
+
+def test_3_13_mode_refuses_the_modulus_hash_exchange():
+    with BrokerThread() as plain:
+        connection = pika.BlockingConnection(pika.URLParameters(plain.url))
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            connection.channel().exchange_declare("shards", "x-modulus-hash")
+        assert closed.value.reply_code == 406
+        assert "unknown exchange type 'x-modulus-hash'" in closed.value.reply_text
+        connection.close()

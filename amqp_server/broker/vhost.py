@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 
 from dlx.addresses import address_filter, per_address_queue, qpid_names
-from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, is_4x
 from policies.address_settings import AddressSettings
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
@@ -44,7 +44,7 @@ from .access_control import check_not_default
 from .auto_created import AutoCreatedQueues
 from .counters import Counters
 from .dead_letterer import DeadLetterer
-from .delayed_exchange import DECLARABLE_TYPES, DelayedExchange
+from .delayed_exchange import DECLARABLE_TYPES, DECLARABLE_TYPES_4_3, DelayedExchange
 from .delayed_messages import DelayedMessages
 from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
@@ -203,7 +203,7 @@ class VirtualHost:
         what = resource_name("exchange", name, self.name)
         if passive:
             return self.exchange(name)
-        cls = DECLARABLE_TYPES.get(type_name)
+        cls = (DECLARABLE_TYPES_4_3 if is_4x(self.semantics) else DECLARABLE_TYPES).get(type_name)
         if cls is None:
             # 3.13 made this a channel error (406); 3.10 closed the connection.
             raise precondition_failed(f"unknown exchange type '{type_name}'")
