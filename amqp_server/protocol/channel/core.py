@@ -64,7 +64,9 @@ class Channel:
                                                output)
         self.publishing = publishing = Publishing(vhost, connection, confirms, transactions,
                                                   replies)
-        self.ack_deadline = AckDeadline(number, deliveries, connection.config)
+        self.ack_deadline = AckDeadline(number, deliveries, connection.config,
+                                        vhost.semantics if vhost is not None else "3.13",
+                                        consuming)
         # The connection's calls, straight to the part that answers them.
         self.start_publish = publishing.start
         self.content_header = publishing.content_header
