@@ -13,6 +13,7 @@ from typing import Any
 from dlx.alerts import Thresholds
 from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, MODES as SEMANTICS_MODES
 from policies.address_settings import AddressSettings, parse as parse_address_settings
+from policies.deprecated_features import permit_problem
 from policies.model import PolicyError
 from policies.plain_words import closest, quoted as _quoted, shown as _shown
 
@@ -95,6 +96,11 @@ class BrokerConfig:
     # or "4.3" (docs/choosing-semantics.md); a virtual host may choose its
     # own when it is created.
     rabbitmq_semantics: str = DEFAULT_SEMANTICS
+    # The deprecated features RabbitMQ 4.3 denies by default that a 4.3
+    # virtual host permits again (rabbitmq.conf's
+    # deprecated_features.permit.<name> = true): "transient_nonexcl_queues",
+    # "global_qos", "queue_master_locator".
+    permit_deprecated_features: list = field(default_factory=list)
     # Below this many free bytes on the data directory's disk, publishers are
     # blocked (connection.blocked) until space returns (RabbitMQ's default).
     disk_free_limit: int = 50_000_000
@@ -231,6 +237,9 @@ class BrokerConfig:
                                   "certificates)")
         if bool(self.tls_certfile) != bool(self.tls_keyfile):
             raise ConfigError("tls_certfile and tls_keyfile go together: give both or neither")
+        problem = permit_problem(self.permit_deprecated_features)
+        if problem is not None:
+            raise ConfigError(problem)
         _check_cluster(self)
         for key in _ALERT_KEYS:
             if getattr(self, key) < 0 or (key == "dead_letter_alert_interval"

@@ -170,7 +170,7 @@ def test_a_policy_gives_a_quorum_queue_delayed_retry(broker, channel, capsys):
     queue = http(broker, "GET", "/api/queues/%2F/work")[1]
     assert queue["delayed_retry"] == "failed (min: 60000ms, max: 600000ms)"
     assert (queue["messages_delayed"], queue["messages_ready"], queue["messages"]) == (1, 0, 1)
-    assert queue["next_delayed_at"] >= before + 60000
+    assert queue["next_delayed_at"] >= int(before) + 60000  # ms, floored as shown
     assert channel.basic_get("work")[0] is None  # held back
     capsys.readouterr()
     assert amqpctl(broker, "list_queues", "name", "delivery_limit", "delayed_retry",
@@ -254,3 +254,20 @@ def test_3_13_mode_refuses_the_modulus_hash_exchange():
         assert closed.value.reply_code == 406
         assert "unknown exchange type 'x-modulus-hash'" in closed.value.reply_text
         connection.close()
+
+
+def test_a_transient_queue_closes_the_connection_as_4_3_does(broker):
+    """The queue pika declares by default (non-durable, non-exclusive) uses
+    a feature 4.3 denies: the connection closes with 541 and its words;
+    `permit_deprecated_features` in the config takes it again."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.channel().queue_declare("scratch")
+    assert closed.value.reply_code == 541
+    assert closed.value.reply_text.startswith(
+        "INTERNAL_ERROR - Feature `transient_nonexcl_queues` is deprecated.\n")
+    with BrokerThread(BrokerConfig(rabbitmq_semantics="4.3", permit_deprecated_features=[
+            "transient_nonexcl_queues"])) as permitting:
+        again = pika.BlockingConnection(pika.URLParameters(permitting.url))
+        assert again.channel().queue_declare("scratch").method.queue == "scratch"
+        again.close()

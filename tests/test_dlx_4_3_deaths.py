@@ -29,8 +29,8 @@ def client_x_death(queue: str, reason: str = "expired", count: int = 5) -> Field
 @pytest.fixture(params=["3.13", "4.3"])
 def vhost(request):
     host = VirtualHost("/", clock=FakeClock(), semantics=request.param)
-    host.declare_queue("dlq", None)
-    host.declare_queue("work", None, arguments=FieldTable({
+    host.declare_queue("dlq", None, durable=True)
+    host.declare_queue("work", None, durable=True, arguments=FieldTable({
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
     return host
 
@@ -67,8 +67,8 @@ def test_a_client_x_death_makes_no_cycle_in_4_3():
     outcomes = {}
     for semantics in ("3.13", "4.3"):
         host = VirtualHost("/", clock=FakeClock(), semantics=semantics)
-        host.declare_queue("b", None)
-        host.declare_queue("a", None, arguments=FieldTable({
+        host.declare_queue("b", None, durable=True)
+        host.declare_queue("a", None, durable=True, arguments=FieldTable({
             "x-message-ttl": 0, "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": "b"}))
         publish(host, message("a", b"m", headers=client_x_death("b")))
@@ -79,7 +79,7 @@ def test_a_client_x_death_makes_no_cycle_in_4_3():
 
 def test_the_brokers_own_deaths_count_on_in_both(vhost):
     work, dlq = vhost.queues["work"], vhost.queues["dlq"]
-    vhost.declare_queue("retry", None, arguments=FieldTable({
+    vhost.declare_queue("retry", None, durable=True, arguments=FieldTable({
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work"}))
     publish(vhost, message("work", b"m"))
     work.reject([work.take_one()])

@@ -37,7 +37,7 @@ def vhost():
     host = VirtualHost("/", clock=FakeClock(), semantics="4.3")
     host.declare_exchange("shard", "x-modulus-hash")
     for name in ("q-c", "q-a", "q-b"):
-        host.declare_queue(name, None)
+        host.declare_queue(name, None, durable=True)
         host.bind("shard", host.queues[name], "", None)
     return host
 

@@ -67,7 +67,7 @@ def test_every_vhost_follows_the_brokers_semantics_unless_it_chose():
 def test_a_queue_carries_its_vhosts_semantics():
     broker = Broker()
     broker.add_vhost("new", "4.3")
-    queue = broker.vhosts["new"].declare_queue("q", None)
+    queue = broker.vhosts["new"].declare_queue("q", None, durable=True)
     assert queue.settings.semantics == "4.3"
     assert broker.vhosts["/"].declare_queue("q", None).settings.semantics == "3.13"
 

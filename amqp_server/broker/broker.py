@@ -93,7 +93,8 @@ class Broker:
                 name, self.timers, self.policies, self.config.policy_precedence == "policy",
                 self.config.address_settings,
                 semantics=semantics or self.config.rabbitmq_semantics,
-                semantics_chosen=semantics is not None)
+                semantics_chosen=semantics is not None,
+                permits=self.config.permit_deprecated_features)
             vhost.counters = self.counters
             vhost.replies = self.replies
             if self.journal is not None:

@@ -15,6 +15,12 @@ from collections.abc import Callable
 from dlx.addresses import address_filter, per_address_queue, qpid_names
 from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, is_4x
 from policies.address_settings import AddressSettings
+from policies.deprecated_features import (
+    QUEUE_MASTER_LOCATOR,
+    TRANSIENT_NONEXCL_QUEUES,
+    denied_message,
+    permitted,
+)
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
 
@@ -31,6 +37,8 @@ from policies.registry import (
 from policies.store import PolicyStore
 
 from ..errors import (
+    INTERNAL_ERROR,
+    AMQPError,
     access_refused,
     not_found,
     precondition_failed,
@@ -131,12 +139,15 @@ class VirtualHost:
                  policies: PolicyStore | None = None, policy_wins: bool = False,
                  address_settings: AddressSettings | None = None,
                  clock: Callable[[], float] = now_ms, rng: random.Random | None = None,
-                 semantics: str = DEFAULT_SEMANTICS, semantics_chosen: bool = False) -> None:
+                 semantics: str = DEFAULT_SEMANTICS, semantics_chosen: bool = False,
+                 permits: tuple[str, ...] | list[str] = ()) -> None:
         self.name = name
         # Whose rules its queues and dead-lettering follow (dlx/semantics.py),
         # and whether the vhost chose them (its metadata) or has the broker's.
         self.semantics = semantics
         self.semantics_chosen = semantics_chosen
+        # The deprecated features 4.3 denies that the config permits again.
+        self.permits: tuple[str, ...] = tuple(permits)
         self.timers = timers or Timers()
         # The clock (wall-clock ms) and the random source its queues and
         # dead-lettering read; tests pass fakes.
@@ -318,6 +329,16 @@ class VirtualHost:
             queue_type = validate_queue_arguments(arguments, self.semantics)
         except ArgumentError as error:
             raise precondition_failed(error.message(what)) from None
+        # 4.3 denies the deprecated features these use (541, closing the
+        # connection): rabbit_amqqueue:declare/7 checks a transient
+        # non-exclusive queue before the queue type's own checks,
+        # rabbit_classic_queue:validate_arguments/1 the master locator.
+        if not (durable or exclusive) and not permitted(TRANSIENT_NONEXCL_QUEUES,
+                                                        self.semantics, self.permits):
+            raise AMQPError(INTERNAL_ERROR, denied_message(TRANSIENT_NONEXCL_QUEUES))
+        if (queue_type == "classic" and "x-queue-master-locator" in arguments
+                and not permitted(QUEUE_MASTER_LOCATOR, self.semantics, self.permits)):
+            raise AMQPError(INTERNAL_ERROR, denied_message(QUEUE_MASTER_LOCATOR))
         if queue_type in ("quorum", "stream"):
             # rabbit_queue_type_util checks, in RabbitMQ's order.
             for refused, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),

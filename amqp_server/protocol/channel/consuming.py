@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pamqp import commands as spec
 
-from dlx.semantics import is_4x
+from policies.deprecated_features import GLOBAL_QOS, permitted
 from policies.registry import ArgumentError, validate_consume_arguments
 
 from ...broker.direct_reply import PSEUDO_QUEUE
@@ -72,7 +72,7 @@ class Consuming:
             raise not_implemented(f"prefetch_size!=0 ({method.prefetch_size})")
         # RabbitMQ 4.3 denies the deprecated global qos (global_qos is
         # denied_by_default): basic.qos global=true is taken as global=false.
-        if method.global_ and not is_4x(self._vhost.semantics):
+        if method.global_ and permitted(GLOBAL_QOS, self._vhost.semantics, self._vhost.permits):
             self._deliveries.global_prefetch = method.prefetch_count
         else:
             self.prefetch = method.prefetch_count
