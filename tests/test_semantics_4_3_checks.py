@@ -133,3 +133,14 @@ def test_operator_policies_take_the_delayed_retry_keys():
     with pytest.raises(PolicyError):
         policy({"delayed-retry-type": "all", "delayed-retry-min": 10}, semantics="3.13",
                operator=True)
+
+
+def test_classic_mirroring_policy_keys_are_not_recognised_in_4_3():
+    """4.0 removed mirroring: rabbit_policy:validate0/2 finds no validator
+    for ha-* keys and answers in these words (this broker never built
+    mirroring, so its 3.13 mode says the same)."""
+    with pytest.raises(PolicyError) as caught:
+        policy({"ha-mode": "all", "ha-sync-mode": "automatic"})
+    assert str(caught.value) == (
+        '[{<<"ha-mode">>,<<"all">>},{<<"ha-sync-mode">>,<<"automatic">>}] are not '
+        "recognised policy settings")
