@@ -5,7 +5,6 @@ deliveries and that consumer hears basic.cancel; the channel stays open."""
 
 from __future__ import annotations
 
-import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
@@ -20,17 +19,10 @@ TIMEOUT_MS = 1000
 
 @pytest.fixture
 def broker():
+    """conftest's `connection` and `channel` open on this one."""
     with BrokerThread(BrokerConfig(rabbitmq_semantics="4.3",
                                    consumer_timeout=TIMEOUT_MS)) as running:
         yield running
-
-
-@pytest.fixture
-def connection(broker):
-    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 def queue_state(broker, name: str) -> tuple[int, int]:

@@ -25,16 +25,9 @@ from .waiting import wait_get, wait_get_noack
 
 @pytest.fixture
 def broker():
+    """conftest's `connection` and `channel` open on this one."""
     with BrokerThread(BrokerConfig(rabbitmq_semantics="4.3")) as running:
         yield running
-
-
-@pytest.fixture
-def channel(broker):
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection.channel()
-    if connection.is_open:
-        connection.close()
 
 
 def declare_work(channel, **arguments):

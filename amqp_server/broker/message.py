@@ -271,15 +271,24 @@ class Message:
     def annotated(self, key: str, value) -> Message:
         """A copy routed like this one with `key` set in its annotations
         (the original, which other queues may hold, stays as it was)."""
+        copy = self._twin()
+        copy._properties = copy.origin._properties
+        copy.annotations = {**(copy.annotations or {}), key: value}
+        copy.origin = None  # a message of its own: what dies is this one
+        return copy
+
+    def _twin(self) -> Message:
+        """A copy of the original (this one, or the one this delivery copy
+        was made from) routed like it, its `origin`."""
         base = self.origin or self
         copy = Message(base.exchange, base.routing_key, base.route, base.header, base.body)
-        copy._properties = base._properties
         copy.routing_keys = base.routing_keys
         copy.bcc = base.bcc
         copy.ttl = base.ttl
-        copy.history = base.history
         copy.scheduled = base.scheduled
-        copy.annotations = {**(base.annotations or {}), key: value}
+        copy.history = base.history
+        copy.annotations = base.annotations
+        copy.origin = base
         return copy
 
     def sibling(self, header: bytes, body: bytes, dying: Message | None = None) -> Message:
@@ -359,44 +368,25 @@ class Message:
     def with_delivery_count(self, count: int) -> Message:
         """A copy for one quorum-queue delivery, carrying `x-delivery-count`
         (a long, as 3.13 sets it); dead-lettering uses the original."""
-        base = self.origin or self
-        copy = Message(base.exchange, base.routing_key, base.route, base.header, base.body)
-        headers = FieldTable(base.properties.headers or {})
-        headers.types.update(getattr(base.properties.headers, "types", {}) or {})
-        headers["x-delivery-count"] = count
-        headers.types["x-delivery-count"] = "long"
-        copy._set_properties(replace(base.properties, headers=headers))
-        copy.routing_keys = base.routing_keys
-        copy.bcc = base.bcc
-        copy.ttl = base.ttl
-        copy.history = base.history
-        copy.annotations = base.annotations
-        copy.origin = base
-        return copy
+        return self.with_counts(None, count)
 
     def with_counts(self, acquired: int | None, delivered: int | None) -> Message:
-        """A copy for one delivery of a 4.3 quorum queue, carrying
-        `x-acquired-count` and `x-delivery-count` (longs, as mc_amqpl renders
-        integer annotations) where given; dead-lettering uses the original.
-        Without either, the original itself."""
+        """A copy for one delivery of a quorum queue, carrying
+        `x-acquired-count` and `x-delivery-count` where given (longs, as
+        mc_amqpl renders integer annotations; each replaces a header of
+        the name, as an annotation does there); dead-lettering uses the
+        original.  Without either, the original itself."""
         base = self.origin or self
         if acquired is None and delivered is None:
             return base
         headers = FieldTable(base.properties.headers or {})
         headers.types.update(getattr(base.properties.headers, "types", {}) or {})
         for name, value in (("x-acquired-count", acquired), ("x-delivery-count", delivered)):
-            headers.pop(name, None)
             if value is not None:
                 headers[name] = value
                 headers.types[name] = "long"
-        copy = Message(base.exchange, base.routing_key, base.route, base.header, base.body)
+        copy = self._twin()
         copy._set_properties(replace(base.properties, headers=headers))
-        copy.routing_keys = base.routing_keys
-        copy.bcc = base.bcc
-        copy.ttl = base.ttl
-        copy.history = base.history
-        copy.annotations = base.annotations
-        copy.origin = base
         return copy
 
 

@@ -89,46 +89,14 @@ class Redelivery:
     def returned(self, entries: list[Entry], how: str, now: float):
         """(entries that come back now, those that go to the tail, effects):
         the rest died or wait."""
-        if self.quorum_4x:
-            return self._returned_4x(entries, how, now)
-        back, dead, effects = [], [], []
-        for entry in entries:
-            entry.returns += 1
-            fate, delay = after_return(entry.returns, self.rules, how in BY_CLIENT, self.rng)
-            if fate == DEAD:
-                dead.append(entry)
-                continue
-            if self.at_head:
-                entry.message = entry.message.with_delivery_count(entry.returns)
-            due = None
-            if fate == LATER:
-                due = now + delay
-                effects.append(self.hold(entry, due))
-            else:
-                back.append(entry)
-            if entry.segment is not None:
-                effects.append(CountReturn(entry, due))
-        if dead:
-            effects.append(Forget(dead))
-            effects.append(DeadLetter([entry.message for entry in dead], DELIVERY_LIMIT))
-        return back, [], effects
-
-    def _returned_4x(self, entries: list[Entry], how: str, now: float):
-        """rabbit_fifo v8 (4.3): every return is an acquisition counted
-        (x-acquired-count), only a failed delivery counts towards the limit
-        (x-delivery-count); dlx.redelivery.after_quorum_return decides."""
         back, tail, dead, effects = [], [], [], []
+        decide = self._fate_4x if self.quorum_4x else self._fate
         failed = delivery_failed(how, self.rules.semantics)
         for entry in entries:
-            entry.returns += 1
-            if failed:
-                entry.failed = (entry.failed or 0) + 1
-            fate, delay = after_quorum_return(entry.failed, entry.returns, how, self.rules,
-                                              self.rng)
+            fate, delay = decide(entry, how, failed)
             if fate == DEAD:
                 dead.append(entry)
                 continue
-            entry.message = entry.message.with_counts(entry.returns, entry.failed)
             due = None
             if fate == LATER:
                 due = now + delay
@@ -143,6 +111,28 @@ class Redelivery:
             effects.append(Forget(dead))
             effects.append(DeadLetter(self.dying(dead), DELIVERY_LIMIT))
         return back, tail, effects
+
+    def _fate(self, entry: Entry, how: str, failed: bool) -> tuple[str, int]:
+        """3.13 (and Artemis's and Qpid's rules): every return counts; a
+        quorum delivery shows the count (x-delivery-count)."""
+        entry.returns += 1
+        fate, delay = after_return(entry.returns, self.rules, how in BY_CLIENT, self.rng)
+        if fate != DEAD and self.at_head:
+            entry.message = entry.message.with_delivery_count(entry.returns)
+        return fate, delay
+
+    def _fate_4x(self, entry: Entry, how: str, failed: bool) -> tuple[str, int]:
+        """rabbit_fifo v8 (4.3): every return is an acquisition counted
+        (x-acquired-count), only a failed delivery counts towards the limit
+        (x-delivery-count); dlx.redelivery.after_quorum_return decides."""
+        entry.returns += 1
+        if failed:
+            entry.failed = (entry.failed or 0) + 1
+        fate, delay = after_quorum_return(entry.failed, entry.returns, how, self.rules,
+                                          self.rng)
+        if fate != DEAD:
+            entry.message = entry.message.with_counts(entry.returns, entry.failed)
+        return fate, delay
 
     def discarded(self, entries: list[Entry], how: str) -> list[Message]:
         """Rejected without requeue: what dead-lettering takes.  4.3 counts

@@ -246,13 +246,7 @@ class Deliveries:
         taken = [(tag, unacked[tag]) for tag in tags]
         for tag, (_, entry, consumer) in taken:
             unacked[tag] = (TIMED_OUT_QUEUE, entry, consumer)
-        by_queue = self._released(taken)
-        for queue, entries in by_queue.items():
-            if queue.deleted:
-                queue.settle(entries)
-            else:
-                queue.requeue(entries, TIMED_OUT)
-        self._after_release(set(by_queue))
+        self.requeue(taken, TIMED_OUT)
 
     def _after_release(self, touched: set) -> None:
         if self.global_prefetch:
