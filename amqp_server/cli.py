@@ -10,6 +10,8 @@ import os
 import signal
 import sys
 
+from dlx.semantics import MODES as SEMANTICS_MODES
+
 from .broker.broker import Broker
 from .config import BrokerConfig, ConfigError
 from .loops import new_event_loop
@@ -64,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", help="TOML config file")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                         help="log verbosity (default info)")
+    parser.add_argument("--rabbitmq-semantics", choices=list(SEMANTICS_MODES),
+                        help="whose queue and dead-letter behaviour to follow: RabbitMQ "
+                             "3.13's (the default) or 4.3's; a virtual host may choose its "
+                             "own (docs/choosing-semantics.md)")
     cluster = parser.add_argument_group(
         "clustering", "a node of a cluster decided by etcd (docs/clustering.md); the "
         "shared secret comes from the config file's cluster_secret or "
@@ -126,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                                    management_port=args.management_port,
                                    prometheus_port=args.prometheus_port,
                                    data_dir=args.data_dir, log_level=args.log_level,
+                                   rabbitmq_semantics=args.rabbitmq_semantics,
                                    cluster_etcd=args.cluster_etcd, node_name=args.node_name,
                                    cluster_port=args.cluster_port,
                                    cluster_secret=os.environ.get("AMQP_SERVER_CLUSTER_SECRET"))

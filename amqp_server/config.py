@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from dlx.alerts import Thresholds
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, MODES as SEMANTICS_MODES
 from policies.address_settings import AddressSettings, parse as parse_address_settings
+from policies.deprecated_features import permit_problem
 from policies.model import PolicyError
 from policies.plain_words import closest, quoted as _quoted, shown as _shown
 
@@ -94,6 +96,15 @@ class BrokerConfig:
     # dead-letter-strategy and overflow when a queue argument and a policy
     # both set one: "argument" (RabbitMQ) or "policy" (central control).
     policy_precedence: str = "argument"
+    # Which RabbitMQ's behaviour queues and dead-lettering follow: "3.13"
+    # or "4.3" (docs/choosing-semantics.md); a virtual host may choose its
+    # own when it is created.
+    rabbitmq_semantics: str = DEFAULT_SEMANTICS
+    # The deprecated features RabbitMQ 4.3 denies by default that a 4.3
+    # virtual host permits again (rabbitmq.conf's
+    # deprecated_features.permit.<name> = true): "transient_nonexcl_queues",
+    # "global_qos", "queue_master_locator".
+    permit_deprecated_features: list = field(default_factory=list)
     # Below this many free bytes on the data directory's disk, publishers are
     # blocked (connection.blocked) until space returns (RabbitMQ's default).
     disk_free_limit: int = 50_000_000
@@ -230,6 +241,9 @@ class BrokerConfig:
                                   "certificates)")
         if bool(self.tls_certfile) != bool(self.tls_keyfile):
             raise ConfigError("tls_certfile and tls_keyfile go together: give both or neither")
+        problem = permit_problem(self.permit_deprecated_features)
+        if problem is not None:
+            raise ConfigError(problem)
         _check_cluster(self)
         for key in _ALERT_KEYS:
             if getattr(self, key) < 0 or (key == "dead_letter_alert_interval"
@@ -272,6 +286,9 @@ def _checked(name: str, written: str, value: Any, expected: type) -> Any:
         value = parse_size(written, value)
     if name == "cluster_etcd" and isinstance(value, str):  # a flag: URL,URL,...
         value = [url.strip() for url in value.split(",") if url.strip()]
+    if name == "rabbitmq_semantics" and isinstance(value, float):
+        # TOML reads `rabbitmq_semantics = 4.3`, unquoted, as a number.
+        value = repr(value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -339,5 +356,6 @@ _TABLES = ("broker", "address-settings")
 _KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false",
           list: "a list"}
 _CHOICES = {"policy_precedence": ("argument", "policy"),
+            "rabbitmq_semantics": SEMANTICS_MODES,
             "log_level": ("debug", "info", "warning", "error", "critical")}
 _UNIT_NAMES = ("kB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")

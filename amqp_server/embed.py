@@ -236,9 +236,10 @@ class EmbeddedBroker:
         """As `amqpctl set_policy`; PolicyError says what is refused."""
         self.broker.set_policy(vhost, name, pattern, dict(definition), priority, apply_to)
 
-    def add_vhost(self, name: str) -> None:
-        """A new vhost the default user may do everything in."""
-        self.broker.add_vhost(name)
+    def add_vhost(self, name: str, rabbitmq_semantics: str | None = None) -> None:
+        """A new vhost the default user may do everything in; it follows
+        `rabbitmq_semantics` ("3.13" or "4.3"), or the broker's."""
+        self.broker.add_vhost(name, rabbitmq_semantics)
         self.broker.set_permission(self.config.default_user, name, Permission())
 
     def delete_vhost(self, name: str) -> None:

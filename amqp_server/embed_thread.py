@@ -181,8 +181,8 @@ class BrokerThread:
         self.call(lambda: self.embedded.set_policy(name, pattern, definition, vhost=vhost,
                                                    priority=priority, apply_to=apply_to))
 
-    def add_vhost(self, name: str) -> None:
-        self.call(self.embedded.add_vhost, name)
+    def add_vhost(self, name: str, rabbitmq_semantics: str | None = None) -> None:
+        self.call(self.embedded.add_vhost, name, rabbitmq_semantics)
 
     def delete_vhost(self, name: str) -> None:
         self.call(self.embedded.delete_vhost, name)

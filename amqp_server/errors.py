@@ -67,9 +67,14 @@ class AMQPError(Exception):
     @property
     def reply_text(self) -> str:
         text = f"{NAMES.get(self.code, str(self.code))} - {self.explanation}"
-        # reply-text is a shortstr; RabbitMQ truncates the same way.  Names
-        # that were not UTF-8 on the wire show their bytes escaped.
-        return text.encode("utf-8", "backslashreplace")[:255].decode("utf-8", "ignore")
+        # reply-text is a shortstr: past 255 bytes RabbitMQ keeps 252 and
+        # adds "..." (rabbit_binary_generator:amqp_exception_explanation/2;
+        # 4.x's io_lib chars_limit gives the same).  Names that were not
+        # UTF-8 on the wire show their bytes escaped.
+        encoded = text.encode("utf-8", "backslashreplace")
+        if len(encoded) > 255:
+            return encoded[:252].decode("utf-8", "ignore") + "..."
+        return encoded.decode("utf-8")
 
     @property
     def closes_connection(self) -> bool:

@@ -163,6 +163,14 @@ def check_queue_version(typed: Typed, args: FieldTable) -> str | None:
     return error
 
 
+def check_queue_version_4_3(typed: Typed, args: FieldTable) -> str | None:
+    """4.3 removed classic queue storage version 1 (CQv1): only 2 is taken."""
+    error = check_non_neg_int(typed, args)
+    if error is None and typed[1] != 2:
+        return f'"unsupported queue version \'{typed[1]}\'"'
+    return error
+
+
 def check_qpid_flag(typed: Typed, _args: FieldTable) -> str | None:
     # Qpid's own clients send the flag as a string.
     kind, value = typed
@@ -219,6 +227,12 @@ def int_at_least(minimum: int, unit: str = "") -> ValueRule:
         return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
     of = f" of {unit}" if unit else ""
     return ValueRule(valid, f"a whole number{of}, {minimum} or more")
+
+
+def integer(unit: str = "") -> ValueRule:
+    """Any whole number (4.3's delivery-limit: a negative one means none)."""
+    of = f" of {unit}" if unit else ""
+    return ValueRule(_is_int, f"a whole number{of} (-1 for none)")
 
 
 def number_within(low: float, high: float | None = None) -> ValueRule:

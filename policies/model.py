@@ -21,8 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlx.delayed_retry import constraint_problem
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, is_4x
+
+from .effective import merged
 from .plain_words import closest, did_you_mean, quoted, shown
-from .registry import BY_KEY, OPERATOR_KEYS, OPERATOR_REPLACES
+from .registry import ANY_BY_KEY, OPERATOR_REPLACES, VIEWS
 
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
 # The `apply-to` naming one queue type.
@@ -53,7 +57,7 @@ class Policy:
     def matches_queue(self, name: str, queue_type: str) -> bool:
         if self.apply_to not in ("all", "queues", _APPLY_TO_TYPE.get(queue_type)):
             return False
-        if any(queue_type in BY_KEY[key].skipped_by for key in self.definition):
+        if any(queue_type in ANY_BY_KEY[key].skipped_by for key in self.definition):
             return False
         return self._search(name)
 
@@ -87,10 +91,10 @@ def erlang_term(value: object) -> str:
     return repr(value)
 
 
-def value_problem(key: str, value: object) -> str | None:
+def value_problem(key: str, value: object, semantics: str = DEFAULT_SEMANTICS) -> str | None:
     """What is wrong with `value` for the setting `key`, in plain words
     ("message-ttl must be ..., got "soon""), or None when it is valid."""
-    rule = BY_KEY[key].rule
+    rule = VIEWS[semantics].by_key[key].rule
     if rule is None or rule.valid(value):
         return None
     hint = did_you_mean(value, rule.choices) if isinstance(value, str) else ""
@@ -108,9 +112,12 @@ def unknown_keys_problem(unknown: Iterable[str], known: Iterable[str], what: str
     return text + (f"; did you mean {', '.join(hints)}?" if hints else "")
 
 
-def validate_definition(definition: object, operator: bool = False) -> dict[str, Any]:
+def validate_definition(definition: object, operator: bool = False,
+                        semantics: str = DEFAULT_SEMANTICS) -> dict[str, Any]:
     """rabbit_policy:validate0/2: each known key's value in key order (an
-    Erlang map's), then the keys no validator took."""
+    Erlang map's), then what a validator checks of its keys together (4.3's
+    delayed retry), then the keys no validator took; the keys and checks
+    are `semantics`' (dlx/semantics.py)."""
     if not isinstance(definition, dict):
         raise PolicyError(f"definition must be a dictionary: {erlang_term(definition)}",
                           f"the definition must be a JSON object such as {_EXAMPLE}, "
@@ -118,21 +125,26 @@ def validate_definition(definition: object, operator: bool = False) -> dict[str,
     if not definition:
         raise PolicyError("no policy settings given",
                           f"the definition sets nothing: give a policy key, such as {_EXAMPLE}")
-    allowed = OPERATOR_KEYS if operator else tuple(BY_KEY)
+    views = VIEWS[semantics]
+    allowed = views.operator_keys if operator else tuple(views.by_key)
     ordered = sorted(definition.items(), key=lambda item: str(item[0]).encode())
     for key, value in ordered:
         if key in allowed:
-            setting = BY_KEY[key]
-            problem = value_problem(key, value)
+            setting = views.by_key[key]
+            problem = value_problem(key, value, semantics)
             if problem is not None:
                 raise PolicyError(f"{erlang_term(value)} {setting.policy_error}", problem)
+    together = constraint_problem(definition) if is_4x(semantics) else None
+    if together is not None:
+        # rabbit_quorum_queue:validate_delayed_retry_constraints/1
+        raise PolicyError(together, together)
     unknown = [(key, value) for key, value in ordered if key not in allowed]
     if unknown:
         listed = ",".join(f"{{{erlang_term(key)},{erlang_term(value)}}}" for key, value in unknown)
         names = [str(key) for key, _ in unknown]
-        if operator and all(name in BY_KEY for name in names):
+        if operator and all(name in views.by_key for name in names):
             plain = (f"an operator policy cannot set {quoted(names)}; it takes only "
-                     f"{quoted(OPERATOR_KEYS)}")
+                     f"{quoted(views.operator_keys)}")
         else:
             plain = unknown_keys_problem(names, allowed, "operator policy key" if operator
                                          else "policy key")
@@ -142,8 +154,9 @@ def validate_definition(definition: object, operator: bool = False) -> dict[str,
 
 def make_policy(vhost: str, name: str, pattern: object, definition: object,
                 priority: object = 0, apply_to: str = "all",
-                operator: bool = False) -> Policy:
-    """A validated policy, or PolicyError with RabbitMQ's wording (and plain words)."""
+                operator: bool = False, semantics: str = DEFAULT_SEMANTICS) -> Policy:
+    """A validated policy, or PolicyError with RabbitMQ's wording (and plain
+    words); `semantics`: its vhost's."""
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PolicyError(f"{erlang_term(priority)} priority must be a number",
                           f"the priority must be a whole number, got {shown(priority)}")
@@ -162,8 +175,8 @@ def make_policy(vhost: str, name: str, pattern: object, definition: object,
     except re.error as exc:
         raise PolicyError(f"pattern {pattern!r} is not a valid regular expression: {exc}") \
             from None
-    return Policy(vhost, name, pattern, validate_definition(definition, operator), priority,
-                  apply_to, regex)
+    return Policy(vhost, name, pattern, validate_definition(definition, operator, semantics),
+                  priority, apply_to, regex)
 
 
 def effective_definition(policy: Policy | None, operator: Policy | None) -> dict[str, Any]:
@@ -174,15 +187,16 @@ def effective_definition(policy: Policy | None, operator: Policy | None) -> dict
     queue-version)."""
     mine = policy.definition if policy is not None else {}
     capped = operator.definition if operator is not None else {}
-    merged: dict[str, Any] = {}
+    effective: dict[str, Any] = {}
     for key in sorted({*mine, *capped}, key=lambda key: key.encode()):
+        rule = ANY_BY_KEY[key].operator
         if key not in capped:
-            merged[key] = mine[key]
-        elif key not in mine or BY_KEY[key].operator == OPERATOR_REPLACES:
-            merged[key] = capped[key]
+            effective[key] = mine[key]
+        elif key not in mine or rule == OPERATOR_REPLACES or rule is None:
+            effective[key] = capped[key]
         else:
-            merged[key] = min(mine[key], capped[key])
-    return merged
+            effective[key] = merged(rule, mine[key], capped[key])
+    return effective
 
 
 def _rank(policy: Policy) -> tuple[int, str]:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlx.delayed_retry import RETRY_DISABLED, RETRY_TYPES
 from dlx.expiry import DISABLED
 from dlx.limits import DROP_HEAD, OVERFLOW_MODES
 from dlx.redelivery import UNLIMITED
+from dlx.semantics import RABBITMQ_3_13, RABBITMQ_4_3
 
 from .checks import (
     Check,
@@ -47,10 +49,12 @@ from .checks import (
     check_one_of,
     check_qpid_flag,
     check_queue_version,
+    check_queue_version_4_3,
     check_string,
     int_at_least,
     int_one_of,
     int_within,
+    integer,
     max_age,
     number_within,
     one_of,
@@ -73,8 +77,16 @@ FIRST_SET = "first"             # Artemis: the argument, else the policy, else a
 # value, or the operator's value instead of the user policy's.
 OPERATOR_REPLACES = "operator"
 # rabbit_stream_queue:policy_precedence/2: a stream takes its settings from
-# its policy first, then from its arguments.
+# its policy first, then from its arguments (and 4.3's
+# rabbit_quorum_queue:policy_has_precedence/2, for delayed-retry-type).
 POLICY_WINS = "policy"
+# 4.3's rabbit_quorum_queue:resolve_delivery_limit/2 and rabbit_policies'
+# delivery-limit merge: a negative value means no limit, so when either is
+# negative the larger wins (the more conservative), else the smaller.
+UNLIMITED_IF_NEGATIVE = "min, or max when either is negative"
+# rabbit_quorum_queue:merge_policy_value/3 for delayed-retry-min: an
+# operator raises the minimum delay.
+LARGER_WINS = "max"
 
 CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
 BOTH = frozenset({CLASSIC, QUORUM})
@@ -84,6 +96,11 @@ ALL_TYPES = frozenset({CLASSIC, QUORUM, STREAM})
 STREAMS_SKIP = frozenset({STREAM})
 NOT_CLASSIC_NOR_STREAM = frozenset({CLASSIC, STREAM})
 RABBITMQ, ARTEMIS, QPID = "RabbitMQ", "ActiveMQ Artemis", "Qpid"
+# The semantics (dlx/semantics.py) a row belongs to: most rows are the same
+# in both; a setting that 4.3 checks or merges otherwise has one row for each.
+BOTH_MODES = frozenset({RABBITMQ_3_13, RABBITMQ_4_3})
+ONLY_3_13 = frozenset({RABBITMQ_3_13})
+ONLY_4_3 = frozenset({RABBITMQ_4_3})
 OURS = "amqp-server"  # settings no other broker has
 
 AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
@@ -123,6 +140,8 @@ class Setting:
     target: str = "queue"        # or "exchange": alternate-exchange
     # How a stream merges it, when not as the other types do.
     stream_merge: str | None = None
+    # The semantics that have this row (BOTH_MODES, ONLY_3_13, ONLY_4_3).
+    modes: frozenset[str] = BOTH_MODES
 
 
 def _artemis(field: str, key: str, check: Check, rule: ValueRule, policy_error: str,
@@ -198,15 +217,34 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("queue_mode", "x-queue-mode", "queue-mode", check_named(QUEUE_MODES, "queue mode"),
             one_of(*QUEUE_MODES), "is not a valid queue-mode value", "default", ARGUMENT_WINS,
             frozenset({CLASSIC}), skipped_by=frozenset({QUORUM, STREAM}), equivalence=True,
-            declared=True),
+            declared=True, modes=ONLY_3_13),
+    # 4.3's declare_args/0 no longer checks x-queue-mode (CQv1 is gone);
+    # rabbit_classic_queue still lists it, its policy key is still checked.
+    Setting("queue_mode", "x-queue-mode", "queue-mode", None, one_of(*QUEUE_MODES),
+            "is not a valid queue-mode value", "default", ARGUMENT_WINS, frozenset({CLASSIC}),
+            skipped_by=frozenset({QUORUM, STREAM}), equivalence=True, modes=ONLY_4_3),
     # Classic queues' storage version: checked and kept; one storage
-    # format here.
+    # format here.  4.3 takes only 2 as an argument (its policy key, 1 too).
     Setting("queue_version", "x-queue-version", "queue-version", check_queue_version,
             int_one_of(1, 2), "is not a valid queue-version value", None, ARGUMENT_WINS,
             frozenset({CLASSIC}), operator=OPERATOR_REPLACES, equivalence=True,
-            declared=True),
+            declared=True, modes=ONLY_3_13),
+    Setting("queue_version", "x-queue-version", "queue-version", check_queue_version_4_3,
+            int_one_of(1, 2), "is not a valid queue-version value", None, ARGUMENT_WINS,
+            frozenset({CLASSIC}), operator=OPERATOR_REPLACES, equivalence=True,
+            declared=True, modes=ONLY_4_3),
     Setting("single_active_consumer", "x-single-active-consumer", None, check_bool, None, "",
             False, ARGUMENT_ONLY, BOTH, equivalence=True, declared=True),
+    # 4.3: a quorum queue's consumer timeout (its capabilities list the
+    # argument, declare_args/0 checks it; classic queues and streams have
+    # none), and how long it waits for a consumer on an unreachable node.
+    Setting("consumer_timeout", "x-consumer-timeout", "consumer-timeout", check_non_neg_int,
+            int_at_least(0, "milliseconds"), "is not a valid consumer timeout", None,
+            SMALLER_WINS, frozenset({QUORUM}), address=True, declared=True, modes=ONLY_4_3),
+    Setting("consumer_disconnected_timeout", "x-consumer-disconnected-timeout",
+            "consumer-disconnected-timeout", check_non_neg_int, int_at_least(0, "milliseconds"),
+            "is not a valid consumer disconnected timeout", 60_000, SMALLER_WINS,
+            frozenset({QUORUM}), declared=True, modes=ONLY_4_3),
     Setting("queue_type", "x-queue-type", None, check_named(BUILT_QUEUE_TYPES, "queue type"),
             None, "", CLASSIC, ARGUMENT_ONLY, ALL_TYPES, equivalence=True, declared=True),
     # 3.13 takes x-delivery-limit unchecked and fails later; we refuse what
@@ -214,7 +252,32 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("delivery_limit", "x-delivery-limit", "delivery-limit", check_non_neg_int,
             int_at_least(0, "deliveries"), "is not a valid delivery limit", None,
             SMALLER_WINS, frozenset({QUORUM}), skipped_by=NOT_CLASSIC_NOR_STREAM,
-            operator=SMALLER_WINS, address=True, declared=True),
+            operator=SMALLER_WINS, address=True, declared=True, modes=ONLY_3_13),
+    # 4.3: unchecked at declare, any whole number as a policy value, -1 (any
+    # negative) for no limit; without one a quorum queue's limit is 20
+    # (effective.py).  A value that is not an integer means 20 as well.
+    Setting("delivery_limit", "x-delivery-limit", "delivery-limit", None, integer("deliveries"),
+            "is not a valid delivery limit", None, UNLIMITED_IF_NEGATIVE, frozenset({QUORUM}),
+            skipped_by=NOT_CLASSIC_NOR_STREAM, operator=UNLIMITED_IF_NEGATIVE, address=True,
+            modes=ONLY_4_3),
+    # 4.3's delayed retry (dlx/delayed_retry.py): unchecked as arguments
+    # (a bad one turns it off), checked as policy keys; the policy's type
+    # wins over the argument, the smaller min and max win, an operator
+    # policy replaces the type, raises the min and lowers the max.  No queue
+    # type skips a policy holding them.
+    Setting("delayed_retry_type", "x-delayed-retry-type", "delayed-retry-type", None,
+            one_of(*RETRY_TYPES),
+            "is not a valid delayed retry type. Must be one of: all, failed, returned, disabled",
+            RETRY_DISABLED, POLICY_WINS, frozenset({QUORUM}), operator=OPERATOR_REPLACES,
+            modes=ONLY_4_3),
+    Setting("delayed_retry_min", "x-delayed-retry-min", "delayed-retry-min", None,
+            int_at_least(1, "milliseconds"),
+            "is not a valid delayed retry minimum delay. Must be a positive integer", None,
+            SMALLER_WINS, frozenset({QUORUM}), operator=LARGER_WINS, modes=ONLY_4_3),
+    Setting("delayed_retry_max", "x-delayed-retry-max", "delayed-retry-max", None,
+            int_at_least(1, "milliseconds"),
+            "is not a valid delayed retry maximum delay. Must be a positive integer", None,
+            SMALLER_WINS, frozenset({QUORUM}), operator=SMALLER_WINS, modes=ONLY_4_3),
     # -- streams (rabbit_stream_queue), in declare_args/0's order ------------------------
     # A stream never dead-letters, so it skips a policy holding a
     # classic or quorum key (capabilities' unsupported_policies, above).
@@ -252,7 +315,7 @@ SETTINGS: tuple[Setting, ...] = (
     # it; the policy key is checked.
     Setting("consumer_timeout", "x-consumer-timeout", "consumer-timeout", None,
             int_at_least(0, "milliseconds"), "is not a valid consumer timeout", None,
-            SMALLER_WINS, frozenset(), address=True),
+            SMALLER_WINS, frozenset(), address=True, modes=ONLY_3_13),
     # -- ActiveMQ Artemis (seeds 000, 001, 003) ------------------------------------------
     Setting("dead_letter_exchange", "x-dead-letter-address", "dead-letter-address",
             check_string, text("an address (a string)"), "is not a valid dead letter address",

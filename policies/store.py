@@ -9,6 +9,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from dlx.semantics import RABBITMQ_4_3
+
 from .model import Policy, PolicyError, make_policy
 
 FILE_NAME = "policies.json"
@@ -36,10 +38,14 @@ class PolicyStore:
                             ("operator_policies", self.operator_policies)):
             for item in saved.get(kind, []):
                 try:
+                    # Checked by 4.3's rules, which take every key and value
+                    # 3.13's do; the broker checks each against its vhost's
+                    # once the vhosts are back (Broker.drop_policies_their_vhosts_refuse).
                     policy = make_policy(item["vhost"], item["name"], item["pattern"],
                                          item["definition"], item.get("priority", 0),
                                          item.get("apply-to", "all"),
-                                         operator=kind == "operator_policies")
+                                         operator=kind == "operator_policies",
+                                         semantics=RABBITMQ_4_3)
                 except (PolicyError, KeyError) as exc:
                     problems.append(f"{kind} entry {item!r} skipped: {exc}")
                     continue

@@ -16,6 +16,7 @@ from amqp_server.protocol.channel.confirms import Confirms
 from amqp_server.protocol.channel.deliveries import Deliveries
 from amqp_server.protocol.channel.output import ChannelOutput
 from amqp_server.wire import frames
+from dlx.redelivery import CLOSED, NACKED
 
 PROTOCOL = Path(__file__).resolve().parent.parent / "amqp_server" / "protocol"
 PARTS = sorted((PROTOCOL / "channel").glob("*.py"))
@@ -128,6 +129,7 @@ class Queue:
     settled: list = field(default_factory=list)
     requeued: list = field(default_factory=list)
     rejected: list = field(default_factory=list)
+    how: list = field(default_factory=list)  # how each came back (dlx.redelivery)
 
     def __hash__(self) -> int:
         return id(self)
@@ -135,11 +137,13 @@ class Queue:
     def settle(self, entries) -> None:
         self.settled.extend(entries)
 
-    def requeue(self, entries, by_client) -> None:
+    def requeue(self, entries, how) -> None:
         self.requeued.extend(entries)
+        self.how.append(how)
 
-    def reject(self, entries) -> None:
+    def reject(self, entries, how) -> None:
         self.rejected.extend(entries)
+        self.how.append(how)
 
 
 @dataclass
@@ -203,6 +207,16 @@ def test_rejects_requeue_or_discard_and_a_deleted_queue_forgets():
     deliveries.requeue(deliveries.take(3, multiple=False))
     assert (queue.requeued, queue.rejected, queue.settled) == (["m1"], ["m2"], ["m3"])
     assert consumer.unacked == 0
+
+
+def test_how_a_delivery_came_back_reaches_its_queue():
+    """4.3 counts a reject and a nack apart (dlx.redelivery.delivery_failed):
+    the queue is told which."""
+    deliveries, queue, _ = deliveries_with(3)
+    deliveries.requeue(deliveries.take(1, multiple=False), NACKED)
+    deliveries.discard(deliveries.take(2, multiple=False), NACKED)
+    deliveries.requeue(deliveries.take(3, multiple=False), CLOSED)
+    assert queue.how == [NACKED, NACKED, CLOSED]
 
 
 class Outcome:

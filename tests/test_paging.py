@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from amqp_server.broker.broker import Broker
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
+from dlx.redelivery import NACKED, REJECTED
 from tests.disk_brokers import open_broker as open_storage_broker, segment_files
 from tests.messages import TakeAll, message, persistent
 
@@ -183,6 +184,35 @@ def test_quorum_delivery_counts_survive_paging(tmp_path):
     counts = {e.message.body: e.message.headers.get("x-delivery-count") for e in entries}
     assert counts[b"m11"] == 1 and counts[b"m3"] == 1 and counts[b"m12"] is None
     assert restored.take_one() is None
+
+
+def test_4_3_counts_and_a_carried_count_survive_paging_and_a_restart(tmp_path):
+    """A 4.3 quorum queue's failed and acquired counts, and the count a dead
+    letter brought with it, go to the page file and come back from it."""
+    broker = open_broker(tmp_path, rabbitmq_semantics="4.3")
+    vhost = broker.vhosts["/"]
+    dlq = vhost.declare_queue("dlq", None, durable=True,
+                              arguments=FieldTable({"x-queue-type": "quorum"}))
+    work = vhost.declare_queue("q", None, durable=True, arguments=FieldTable({
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dlq"}))
+    fill(dlq, names("d", 12), persistent)
+    fill(work, [b"poison"], persistent)
+    work.requeue([work.take_one()], REJECTED)
+    work.reject([work.take_one()], REJECTED)  # to the dlq, paged there, count 2
+    assert dlq.paged_count == 3
+    taken = [dlq.take_one() for _ in range(12)]
+    dlq.requeue(taken[:1], NACKED)
+    broker.store.flush_now()
+    broker.store.close()
+
+    again = open_broker(tmp_path, rabbitmq_semantics="4.3")
+    restored = again.vhosts["/"].queues["dlq"]
+    entries = [restored.take_one() for _ in range(13)]
+    counts = {e.message.body: (e.message.headers.get("x-acquired-count"),
+                               e.message.headers.get("x-delivery-count")) for e in entries}
+    assert counts[b"poison"] == (2, 2) and counts[b"d0"] == (1, None)
+    assert counts[b"d5"] == (None, None)
 
 
 # ---- durable queues ------------------------------------------------------

@@ -31,6 +31,7 @@ from amqp_server.broker.vhost import VirtualHost
 from amqp_server.storage.paging import Paging
 from amqp_server.wire.table import FieldTable
 from dlx import limits as dlx_limits
+from dlx.redelivery import REJECTED
 from policies.effective import resolve
 from tests.messages import FakeClock, TakeAll, message, persistent
 
@@ -174,7 +175,7 @@ def test_a_delayed_return_waits_with_a_timer_and_its_count_stored():
     part = Redelivery(Scripted(0.0, 0.5))  # a plus sign, half the factor
     part.apply(settings_of(x_redelivery_delay=1000, x_redelivery_collision_avoidance_factor=0.2))
     entry = returned_entry()
-    back, effects = part.returned([entry], True, T0)
+    back, _tail, effects = part.returned([entry], REJECTED, T0)
     due = T0 + 1100
     assert back == [] and effects == [ArmTimer(REDELIVERY, due), CountReturn(entry, due)]
     assert (part.delayed, part.next_due, entry.redelivered) == ([entry], due, True)
@@ -185,9 +186,9 @@ def test_a_return_at_max_attempts_is_forgotten_and_dead_lettered():
     part = Redelivery(random.Random(0))
     part.apply(settings_of(x_max_delivery_attempts=2))
     entry = returned_entry(stored=False)
-    back, effects = part.returned([entry], True, T0)
+    back, _tail, effects = part.returned([entry], REJECTED, T0)
     assert back == [entry] and effects == []  # first attempt failed: back at once
-    back, effects = part.returned([entry], True, T0)
+    back, _tail, effects = part.returned([entry], REJECTED, T0)
     assert back == [] and effects == [Forget([entry]),
                                       DeadLetter([entry.message], "delivery_limit")]
 
@@ -196,7 +197,7 @@ def test_a_quorum_return_carries_its_count_and_goes_to_the_head():
     part = Redelivery(random.Random(0))
     part.apply(settings_of(x_queue_type="quorum"))
     entry = returned_entry()
-    back, effects = part.returned([entry], True, T0)
+    back, _tail, effects = part.returned([entry], REJECTED, T0)
     assert part.at_head and back == [entry] and effects == [CountReturn(entry, None)]
     assert entry.message.properties.headers["x-delivery-count"] == 1
 

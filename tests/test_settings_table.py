@@ -12,27 +12,35 @@ from amqp_server.broker import vhost
 from policies import registry
 from policies.address_settings import ALLOWED
 from policies.effective import DEFAULTS, QueueSettings, resolve
-from policies.model import OPERATOR_KEYS
+from policies.registry import OPERATOR_KEYS
 from policies.settings_table import (
     ALL_TYPES,
     ARGUMENT_ONLY,
     ARGUMENT_WINS,
+    BOTH_MODES,
     FIRST_SET,
+    LARGER_WINS,
+    ONLY_3_13,
+    ONLY_4_3,
     OPERATOR_REPLACES,
     POLICY_WINS,
     SETTINGS,
     SMALLER_WINS,
+    UNLIMITED_IF_NEGATIVE,
 )
 
-ROWS = {row.argument or row.key: row for row in SETTINGS}
+ROWS = {row.argument or row.key: row for row in SETTINGS if "3.13" in row.modes}
 
 
 @pytest.mark.parametrize("row", SETTINGS, ids=lambda row: row.argument or row.key)
 def test_every_row_is_complete(row):
     assert row.argument or row.key, "a row names the setting somewhere"
-    assert row.merge in (ARGUMENT_WINS, SMALLER_WINS, ARGUMENT_ONLY, FIRST_SET, POLICY_WINS)
+    assert row.merge in (ARGUMENT_WINS, SMALLER_WINS, ARGUMENT_ONLY, FIRST_SET, POLICY_WINS,
+                         UNLIMITED_IF_NEGATIVE)
     assert row.stream_merge in (None, POLICY_WINS)
-    assert row.operator in (None, SMALLER_WINS, OPERATOR_REPLACES)
+    assert row.operator in (None, SMALLER_WINS, OPERATOR_REPLACES, LARGER_WINS,
+                            UNLIMITED_IF_NEGATIVE)
+    assert row.modes in (BOTH_MODES, ONLY_3_13, ONLY_4_3)
     assert row.queue_types <= ALL_TYPES and row.skipped_by <= ALL_TYPES
     if row.key is not None:
         # a policy key has a type, a test and RabbitMQ's words for a bad value
@@ -44,31 +52,49 @@ def test_every_row_is_complete(row):
         assert not (row.equivalence or row.declared or row.queue_types or row.check)
     if row.check is None and row.argument is not None:
         # taken unchecked: an argument of a type not built here, or one
-        # RabbitMQ itself does not check (x-consumer-timeout, the locators)
-        assert row.field is None or row.argument in ("x-consumer-timeout",
-                                                     "x-stream-filter-size-bytes")
+        # RabbitMQ itself does not check (x-consumer-timeout, the locators;
+        # in 4.3, x-queue-mode, x-delivery-limit and delayed retry's)
+        assert row.field is None or row.argument in (
+            "x-consumer-timeout", "x-stream-filter-size-bytes") or (
+            row.modes == ONLY_4_3 and row.argument in (
+                "x-queue-mode", "x-delivery-limit", "x-delayed-retry-type",
+                "x-delayed-retry-min", "x-delayed-retry-max"))
     if row.field is not None:
         assert row.target == "queue"
     if row.policy_may_win:
         assert row.merge == ARGUMENT_WINS
 
 
-def test_names_are_unique_in_each_layer():
-    arguments = [row.argument for row in SETTINGS if row.argument]
-    keys = [row.key for row in SETTINGS if row.key]
-    config_keys = [row.key for row in SETTINGS if row.address]
+@pytest.mark.parametrize("semantics", ["3.13", "4.3"])
+def test_names_are_unique_in_each_layer(semantics):
+    rows = [row for row in SETTINGS if semantics in row.modes]
+    arguments = [row.argument for row in rows if row.argument]
+    keys = [row.key for row in rows if row.key]
+    config_keys = [row.key for row in rows if row.address]
     assert len(arguments) == len(set(arguments))
     assert len(keys) == len(set(keys))
     assert len(config_keys) == len(set(config_keys))
     # One field, one setting; only dead-letter-address is a second name.
-    named = [row.field for row in SETTINGS if row.field]
+    named = [row.field for row in rows if row.field]
     assert sorted(f for f in set(named) if named.count(f) > 1) == ["dead_letter_exchange"]
+
+
+def test_a_setting_4_3_changed_has_one_row_in_each_semantics():
+    """A row of one semantics only is a setting 4.3 checks, merges or takes
+    otherwise, or one it added; the other rows are the same in both."""
+    only_3_13 = {row.argument or row.key for row in SETTINGS if row.modes == ONLY_3_13}
+    only_4_3 = {row.argument or row.key for row in SETTINGS if row.modes == ONLY_4_3}
+    assert only_3_13 == {"x-queue-mode", "x-queue-version", "x-delivery-limit",
+                         "x-consumer-timeout"}
+    assert only_4_3 - only_3_13 == {"x-consumer-disconnected-timeout", "x-delayed-retry-type",
+                                    "x-delayed-retry-min", "x-delayed-retry-max"}
     # A policy key is its argument without `x-`, as RabbitMQ spells them.
     assert all(row.argument == f"x-{row.key}" for row in SETTINGS if row.argument and row.key)
 
 
 def test_queue_settings_has_a_field_and_a_default_per_setting():
-    assert {f.name for f in fields(QueueSettings)} == set(DEFAULTS)
+    # `semantics` is the one field no setting gives: the queue's vhost's.
+    assert {f.name for f in fields(QueueSettings)} == set(DEFAULTS) | {"semantics"}
     assert {row.field for row in SETTINGS if row.field} == set(DEFAULTS)
     plain = resolve(None)
     assert all(getattr(plain, name) == default for name, default in DEFAULTS.items())

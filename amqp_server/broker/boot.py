@@ -15,6 +15,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlx.semantics import MODES as SEMANTICS_MODES
+
 from ..errors import AMQPError
 from ..storage.dead_letter_log import DeadLetterLog
 from ..storage.definition_log import DefinitionLog, arguments, persists
@@ -56,6 +58,7 @@ def _recover(broker: Broker, data_dir: Path) -> list[str]:
     legacy = legacy_document(data_dir) if fresh else None
     if not fresh:
         problems.extend(restore_definitions(broker, saved))
+        problems.extend(broker.drop_policies_their_vhosts_refuse())
     elif legacy is not None:
         definitions.import_(broker, legacy)  # written by an earlier version
     del saved
@@ -94,8 +97,10 @@ def restore_definitions(broker: Broker, saved: dict[str, list]) -> list[str]:
     broker.vhosts.clear()
     broker.users.clear()
     broker.permissions.clear()
-    for _, name in saved["V"]:
-        broker.add_vhost(name)
+    for _, name, *metadata in saved["V"]:
+        chosen = metadata[0] if metadata and isinstance(metadata[0], dict) else {}
+        semantics = chosen.get("rabbitmq_semantics")
+        broker.add_vhost(name, semantics if semantics in SEMANTICS_MODES else None)
     for _, name, password_hash, tags in saved["U"]:
         broker.users[name] = User(name, password_hash, tuple(tags))
     for _, user, vhost, configure, write, read in saved["P"]:
@@ -131,8 +136,8 @@ def _restore(vhost, record: list) -> None:
 def journal_everything(broker: Broker) -> None:
     """Every durable definition the broker holds, as records."""
     journal = broker.journal
-    for name in broker.vhosts:
-        journal.vhost_added(name)
+    for name, vhost in broker.vhosts.items():
+        journal.vhost_added(name, vhost.metadata)
     for user in broker.users.values():
         journal.user_put(user)
     for (user, vhost), permission in broker.permissions.items():
@@ -184,7 +189,7 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
                 queue.page_stored(stored[index:])  # all the rest: nothing overtakes them
                 break
             (_, _, _, seq, exchange, routing_key, header, body, keys, bcc,
-             deadline) = item.record()
+             deadline, annotations) = item.record()
             # Messages routed alike share their route and header objects,
             # as they did before the restart.
             shared = routes.get((exchange, routing_key))
@@ -198,10 +203,12 @@ def restore_messages(broker: Broker, recovered) -> list[str]:
                               tuple(keys) if keys else default_keys)
             if bcc:
                 message.bcc = tuple(bcc)
+            message.annotations = annotations
             entry = Entry(seq, message)
             # A counted delivery before the crash is a delivery that failed.
             entry.redelivered = item.delivered or item.deliveries > 0
             entry.returns = item.deliveries
+            entry.failed = item.failed
             entry.deadline = deadline
             entry.segment = item.segment
             queue.restore(entry, item.due if item.due is not None and item.due > now else None)

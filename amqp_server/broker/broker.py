@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from policies.model import Policy, make_policy
+from policies.model import Policy, PolicyError, make_policy, validate_definition
 from policies.store import PolicyStore
 
 from ..config import BrokerConfig
@@ -82,17 +82,28 @@ class Broker:
             self.permissions[(self.config.default_user, self.config.default_vhost)] = \
                 Permission()
 
-    def add_vhost(self, name: str) -> VirtualHost:
+    def add_vhost(self, name: str, semantics: str | None = None) -> VirtualHost:
+        """The vhost of that name, made if missing; `semantics`: the ones
+        it chooses (its metadata), else it follows the broker's.  A vhost
+        that exists keeps the semantics it has: ValueError if asked for
+        others (its queues were made under them)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(
                 name, self.timers, self.policies, self.config.policy_precedence == "policy",
-                self.config.address_settings)
+                self.config.address_settings,
+                semantics=semantics or self.config.rabbitmq_semantics,
+                semantics_chosen=semantics is not None,
+                permits=self.config.permit_deprecated_features)
             vhost.counters = self.counters
             vhost.replies = self.replies
             if self.journal is not None:
                 self.attach(vhost)
-                self.journal.vhost_added(name)
+                self.journal.vhost_added(name, vhost.metadata)
+        elif semantics is not None and semantics != vhost.semantics:
+            raise ValueError(f"vhost '{name}' follows RabbitMQ {vhost.semantics}'s semantics; "
+                             "they cannot change while it exists (delete it and create it "
+                             "again)")
         return vhost
 
     def set_permission(self, user: str, vhost: str, permission: Permission) -> None:
@@ -299,10 +310,31 @@ class Broker:
                    apply_to: str = "all", operator: bool = False) -> Policy:
         """Validate, store and apply at once; PolicyError or KeyError (no such vhost)."""
         host = self._vhost(vhost)
-        policy = make_policy(vhost, name, pattern, definition, priority, apply_to, operator)
+        policy = make_policy(vhost, name, pattern, definition, priority, apply_to, operator,
+                             host.semantics)
         self.policies.put(policy, operator)
         host.reapply_policies()
         return policy
+
+    def drop_policies_their_vhosts_refuse(self) -> list[str]:
+        """After a restart: a policy its vhost's semantics no longer take
+        (the broker's semantics changed, and the vhost follows them) goes,
+        and its vhost's queues take their settings again; one line each."""
+        problems = []
+        for operator in (False, True):
+            for policy in list(self.policies.table(operator).values()):
+                host = self.vhosts.get(policy.vhost)
+                if host is None:
+                    continue
+                try:
+                    validate_definition(policy.definition, operator, host.semantics)
+                except PolicyError as exc:
+                    self.policies.remove(policy.vhost, policy.name, operator)
+                    host.reapply_policies()
+                    problems.append(f"policy '{policy.name}' in vhost '{policy.vhost}' "
+                                    f"dropped: RabbitMQ {host.semantics}'s semantics refuse "
+                                    f"it ({exc.plain})")
+        return problems
 
     def clear_policy(self, vhost: str, name: str, operator: bool = False) -> Policy:
         host = self._vhost(vhost)

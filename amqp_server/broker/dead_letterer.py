@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -40,7 +41,8 @@ from dlx.dead_letter import (
     dead_letter,
     split_cycles,
 )
-from dlx.deaths import DEATH_HEADERS, history_from_headers
+from dlx.deaths import DEATH_HEADERS, DeathHistory, history_from_headers
+from dlx.semantics import is_4x
 
 from ..errors import AMQPError
 from ..wire.properties import locate, splice_dead_letter
@@ -95,6 +97,10 @@ class DeadLetterer:
         holds until one does (the reaper retries them)."""
         settings = queue.settings
         stats = queue.stats
+        # 3.13 reads the x-death any message carries (mc_amqpl's
+        # recover_deaths); 4.x only the deaths it recorded itself (4.0.1's
+        # release notes: a client's republished x-death is not interpreted).
+        own_deaths = not is_4x(settings.semantics)
         now = self.vhost.clock() / 1000.0  # seconds, as x-death's time
         held = []
         target = death_target(reason, queue.name, settings)
@@ -112,12 +118,15 @@ class DeadLetterer:
             except (ValueError, IndexError, struct.error):
                 stats["dropped"][(INVALID_HEADER, reason)] += 1
                 continue
+            # Under 4.x a client's x-death is not read: whether the broker
+            # wrote this one is part of what decides.
             key = (read, b"" if layout is None else header[layout[3]:layout[4]],
-                   message.exchange, message.routing_keys, message.bcc)
+                   message.exchange, message.routing_keys, message.bcc,
+                   own_deaths or message.owns_deaths)
             plan = plans.get(key)
             if plan is None:
                 plan = plans[key] = self._plan(queue, message, layout, own, read, reason,
-                                               target, now)
+                                               target, now, key[5])
                 if plan.per_message:  # made from this message's own headers
                     plans[(*key, own)] = plan
             elif plan.per_message:
@@ -127,7 +136,7 @@ class DeadLetterer:
                 # exchange served that one message: the next is routed anew.
                 if plan is None or plan.held:
                     plan = plans[key] = self._plan(queue, message, layout, own, read,
-                                                   reason, target, now)
+                                                   reason, target, now, key[5])
             cause = plan.cause
             accepted = plan.target_names
             if cause is None:
@@ -174,31 +183,35 @@ class DeadLetterer:
     @staticmethod
     def _copy(plan: Plan, message: Message, layout, own: bytes) -> Message:
         """This message's dead letter: its own content header with the plan's
-        headers after its own entries, no expiration; its body."""
+        headers after its own entries, no expiration; its body and its
+        annotations."""
         if layout is None:
             prototype = plan.prototype
-            return prototype.sibling(prototype.header, message.body)
+            return prototype.sibling(prototype.header, message.body, message)
         table = own + plan.pairs
         header = splice_dead_letter(message.header, HEADER_PREFIX, layout,
                                     _U32.pack(len(table)) + table)
-        return plan.prototype.sibling(header, message.body)
+        return plan.prototype.sibling(header, message.body, message)
 
     @staticmethod
-    def _letter(message: Message, layout, read: bytes) -> Letter:
-        """What the decision reads: only the headers it reads are decoded."""
+    def _letter(message: Message, layout, read: bytes, own_deaths: bool) -> Letter:
+        """What the decision reads: only the headers it reads are decoded;
+        the x-death among them only when `own_deaths` (it is a death
+        history, not a client's header)."""
         if layout is None:
-            return message.letter()
+            letter = message.letter()
+            return letter if own_deaths else replace(letter, history=DeathHistory())
         headers = decode_table_body(read) if read else None
         header = message.header
         expiration = (header[layout[3] + 1:layout[4]].decode("utf-8", "surrogateescape")
                       if layout[4] > layout[3] else None)
         return Letter(message.exchange, message.routing_keys, headers, expiration, message.bcc,
-                      history_from_headers(headers))
+                      history_from_headers(headers) if own_deaths else DeathHistory())
 
     def _plan(self, queue, message: Message, layout, own: bytes, read: bytes, reason: str,
-              target, now: float) -> Plan:
+              target, now: float, own_deaths: bool = True) -> Plan:
         try:
-            letter = self._letter(message, layout, read)
+            letter = self._letter(message, layout, read, own_deaths)
         except ValueError:
             unreadable = {"vhost": self.vhost.name, "queue": queue.name, "reason": reason}
             return Plan(INVALID_HEADER, None, [], [], b"", json.dumps(unreadable)[1:-1])

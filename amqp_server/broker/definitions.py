@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 import decimal
 
+from dlx.semantics import semantics_problem
+
 from ..wire.table import FieldTable, Timestamp
 from .permissions import Permission
 from .users import HASHING_ALGORITHM, User
@@ -48,7 +50,8 @@ def export(broker, only_vhost: str | None = None) -> dict:
         out["users"] = [{"name": u.name, "password_hash": u.password_hash,
                          "hashing_algorithm": HASHING_ALGORITHM, "tags": list(u.tags),
                          "limits": {}} for u in broker.users.values()]
-        out["vhosts"] = [{"name": v.name} for v in vhosts]
+        out["vhosts"] = [{"name": v.name, **({"metadata": v.metadata} if v.metadata else {})}
+                         for v in vhosts]
         out["permissions"] = [p.as_json(user, vhost)
                               for (user, vhost), p in sorted(broker.permissions.items())]
     out["policies"] = [tag(_policy(p), v) for v in vhosts for p in broker.policies.in_vhost(v.name)]
@@ -92,7 +95,15 @@ def import_(broker, document: dict, only_vhost: str | None = None) -> None:
 
     if only_vhost is None:
         for item in document.get("vhosts", []):
-            broker.add_vhost(item["name"])
+            # RabbitMQ's vhost metadata holds description and tags; ours adds
+            # the vhost's semantics (rabbitmq_semantics).
+            metadata = item.get("metadata") or {}
+            semantics = metadata.get("rabbitmq_semantics") if isinstance(metadata, dict) \
+                else None
+            problem = semantics_problem(semantics) if semantics is not None else None
+            if problem is not None:
+                raise ValueError(f"vhost '{item['name']}': {problem}")
+            broker.add_vhost(item["name"], semantics)
         for item in document.get("users", []):
             algorithm = item.get("hashing_algorithm", HASHING_ALGORITHM)
             if algorithm != HASHING_ALGORITHM:

@@ -19,6 +19,7 @@ from dlx.delays import DELAY_HEADER, NO_DELAY, Delay, read_delay, read_delay_len
 from ..errors import INTERNAL_ERROR, AMQPError, precondition_failed
 from ..wire.table import FieldTable, typed_value
 from .exchange import EXCHANGE_TYPES, Binding, Exchange
+from .modulus_hash import MODULUS_HASH_TYPE, ModulusHashExchange
 
 DELAYED_TYPE = "x-delayed-message"
 ROUTING_TYPE_ARGUMENT = "x-delayed-type"
@@ -124,3 +125,6 @@ def message_delay(message) -> Delay:
 
 # Every type a client may declare: the built-in ones and this one.
 DECLARABLE_TYPES: dict[str, type[Exchange]] = {**EXCHANGE_TYPES, DELAYED_TYPE: DelayedExchange}
+# In a virtual host following RabbitMQ 4.3, x-modulus-hash too (core since 4.3).
+DECLARABLE_TYPES_4_3: dict[str, type[Exchange]] = {**DECLARABLE_TYPES,
+                                                    MODULUS_HASH_TYPE: ModulusHashExchange}

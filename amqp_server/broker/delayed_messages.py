@@ -160,9 +160,10 @@ class DelayedMessages:
         while the broker was down are routed as soon as the loop runs."""
         for item in stored:
             (_, _, _, seq, exchange, routing_key, header, body, keys, bcc,
-             due) = item.record()
+             due, annotations) = item.record()
             message = Message(exchange, routing_key, shortstr(exchange) + shortstr(routing_key),
                               header, body, tuple(keys) if keys else None)
+            message.annotations = annotations
             if bcc:
                 message.bcc = tuple(bcc)
             message.scheduled = scheduled_time(message.properties.headers)

@@ -67,10 +67,21 @@ class InvalidMessage(ValueError):
     """A publish RabbitMQ refuses with 406; str() is the reply text."""
 
 
+# Message annotations (RabbitMQ's message container keeps the same): what
+# the broker knows of a message beyond its bytes, kept with it in the store.
+# The x-death in its header is the broker's own record of its deaths (4.x
+# reads no other: a client's republished x-death is only a header).
+ANN_DEATHS = "deaths"
+# Failed deliveries a 4.3 quorum queue counted before the message was
+# dead-lettered (rabbit_fifo:annotate_msg/2); a quorum queue it reaches
+# counts on from there (maybe_set_msg_delivery_count/2).
+ANN_DELIVERY_COUNT = "delivery_count"
+
+
 class Message:
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_properties",
                  "routing_keys", "bcc", "ttl", "history", "origin", "stored_gen",
-                 "scheduled")
+                 "scheduled", "annotations")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes,
                  header: bytes, body: bytes, routing_keys: tuple[str, ...] | None = None) -> None:
@@ -90,6 +101,8 @@ class Message:
         # Artemis's _AMQ_SCHED_DELIVERY (ms since the epoch): each queue
         # holds it from consumers until then.
         self.scheduled: int | None = None
+        # ANN_DEATHS, ANN_DELIVERY_COUNT; None: none (most messages)
+        self.annotations: dict | None = None
 
     @classmethod
     def to(cls, exchange: str, routing_key: str, header: bytes, body: bytes) -> Message:
@@ -236,15 +249,58 @@ class Message:
         copy.routing_keys = plan.routing_keys
         copy.bcc = plan.bcc
         copy.history = plan.history
+        copy.annotations = self._died_annotations()
         return copy
 
-    def sibling(self, header: bytes, body: bytes) -> Message:
+    def _died_annotations(self) -> dict:
+        """A dead letter's annotations: this message's, its x-death now the
+        broker's own record."""
+        annotations = self.annotations
+        if annotations is None:
+            return _OWN_DEATHS
+        if annotations.get(ANN_DEATHS):
+            return annotations
+        return {**annotations, ANN_DEATHS: True}
+
+    @property
+    def owns_deaths(self) -> bool:
+        """Its x-death was written by this broker when it died here."""
+        annotations = self.annotations
+        return annotations is not None and bool(annotations.get(ANN_DEATHS))
+
+    def annotated(self, key: str, value) -> Message:
+        """A copy routed like this one with `key` set in its annotations
+        (the original, which other queues may hold, stays as it was)."""
+        copy = self._twin()
+        copy._properties = copy.origin._properties
+        copy.annotations = {**(copy.annotations or {}), key: value}
+        copy.origin = None  # a message of its own: what dies is this one
+        return copy
+
+    def _twin(self) -> Message:
+        """A copy of the original (this one, or the one this delivery copy
+        was made from) routed like it, its `origin`."""
+        base = self.origin or self
+        copy = Message(base.exchange, base.routing_key, base.route, base.header, base.body)
+        copy.routing_keys = base.routing_keys
+        copy.bcc = base.bcc
+        copy.ttl = base.ttl
+        copy.scheduled = base.scheduled
+        copy.history = base.history
+        copy.annotations = base.annotations
+        copy.origin = base
+        return copy
+
+    def sibling(self, header: bytes, body: bytes, dying: Message | None = None) -> Message:
         """Another dead letter routed like this one (one plan shared by
-        messages that died the same way)."""
+        messages that died the same way); `dying`: the message it is the
+        dead letter of, whose annotations it keeps."""
         copy = Message(self.exchange, self.routing_key, self.route, header, body)
         copy.routing_keys = self.routing_keys
         copy.bcc = self.bcc
         copy.history = self.history
+        copy.annotations = (dying._died_annotations() if dying is not None
+                            else self.annotations)
         return copy
 
     def split_headers(self, names: frozenset[bytes], layout=None) -> HeaderSplit | None:
@@ -306,26 +362,35 @@ class Message:
         copy.ttl = self.ttl
         copy.scheduled = self.scheduled
         copy.history = self.history
+        copy.annotations = self.annotations
         return copy
 
     def with_delivery_count(self, count: int) -> Message:
         """A copy for one quorum-queue delivery, carrying `x-delivery-count`
         (a long, as 3.13 sets it); dead-lettering uses the original."""
+        return self.with_counts(None, count)
+
+    def with_counts(self, acquired: int | None, delivered: int | None) -> Message:
+        """A copy for one delivery of a quorum queue, carrying
+        `x-acquired-count` and `x-delivery-count` where given (longs, as
+        mc_amqpl renders integer annotations; each replaces a header of
+        the name, as an annotation does there); dead-lettering uses the
+        original.  Without either, the original itself."""
         base = self.origin or self
-        copy = Message(base.exchange, base.routing_key, base.route, base.header, base.body)
+        if acquired is None and delivered is None:
+            return base
         headers = FieldTable(base.properties.headers or {})
         headers.types.update(getattr(base.properties.headers, "types", {}) or {})
-        headers["x-delivery-count"] = count
-        headers.types["x-delivery-count"] = "long"
+        for name, value in (("x-acquired-count", acquired), ("x-delivery-count", delivered)):
+            if value is not None:
+                headers[name] = value
+                headers.types[name] = "long"
+        copy = self._twin()
         copy._set_properties(replace(base.properties, headers=headers))
-        copy.routing_keys = base.routing_keys
-        copy.bcc = base.bcc
-        copy.ttl = base.ttl
-        copy.history = base.history
-        copy.origin = base
         return copy
 
 
+_OWN_DEATHS = {ANN_DEATHS: True}
 _DEATH_PAIRS: dict[DeathHistory, bytes] = {}
 
 
@@ -349,7 +414,7 @@ class Entry:
     """One message's place in one queue; the same message routed to several
     queues gets an entry in each, with its own redelivered flag."""
 
-    __slots__ = ("seq", "message", "redelivered", "deadline", "returns", "segment")
+    __slots__ = ("seq", "message", "redelivered", "deadline", "returns", "segment", "failed")
 
     def __init__(self, seq: int, message: Message) -> None:
         self.seq = seq
@@ -358,3 +423,7 @@ class Entry:
         self.deadline: float | None = None  # wall-clock ms, None = never expires
         self.returns = 0  # quorum queues: times it came back unsuccessfully
         self.segment: int | None = None  # message-store segment holding it, if stored
+        # 4.3's quorum queues: failed deliveries (x-delivery-count, what the
+        # delivery limit reads), None until one is counted or carried in;
+        # `returns` is then its acquired count (x-acquired-count).
+        self.failed: int | None = None

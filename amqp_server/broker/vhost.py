@@ -13,7 +13,14 @@ import random
 from collections.abc import Callable
 
 from dlx.addresses import address_filter, per_address_queue, qpid_names
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, is_4x
 from policies.address_settings import AddressSettings
+from policies.deprecated_features import (
+    QUEUE_MASTER_LOCATOR,
+    TRANSIENT_NONEXCL_QUEUES,
+    denied_message,
+    permitted,
+)
 from policies.effective import resolve
 from policies.model import match_exchange, match_queue
 
@@ -30,6 +37,8 @@ from policies.registry import (
 from policies.store import PolicyStore
 
 from ..errors import (
+    INTERNAL_ERROR,
+    AMQPError,
     access_refused,
     not_found,
     precondition_failed,
@@ -43,7 +52,7 @@ from .access_control import check_not_default
 from .auto_created import AutoCreatedQueues
 from .counters import Counters
 from .dead_letterer import DeadLetterer
-from .delayed_exchange import DECLARABLE_TYPES, DelayedExchange
+from .delayed_exchange import DECLARABLE_TYPES, DECLARABLE_TYPES_4_3, DelayedExchange
 from .delayed_messages import DelayedMessages
 from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
@@ -129,8 +138,16 @@ class VirtualHost:
     def __init__(self, name: str, timers: Timers | None = None,
                  policies: PolicyStore | None = None, policy_wins: bool = False,
                  address_settings: AddressSettings | None = None,
-                 clock: Callable[[], float] = now_ms, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = now_ms, rng: random.Random | None = None,
+                 semantics: str = DEFAULT_SEMANTICS, semantics_chosen: bool = False,
+                 permits: tuple[str, ...] | list[str] = ()) -> None:
         self.name = name
+        # Whose rules its queues and dead-lettering follow (dlx/semantics.py),
+        # and whether the vhost chose them (its metadata) or has the broker's.
+        self.semantics = semantics
+        self.semantics_chosen = semantics_chosen
+        # The deprecated features 4.3 denies that the config permits again.
+        self.permits: tuple[str, ...] = tuple(permits)
         self.timers = timers or Timers()
         # The clock (wall-clock ms) and the random source its queues and
         # dead-lettering read; tests pass fakes.
@@ -154,6 +171,12 @@ class VirtualHost:
         for xname, xtype, internal in STANDARD_EXCHANGES:
             self.exchanges[xname] = EXCHANGE_TYPES[xtype](name, xname, durable=True,
                                                            internal=internal)
+
+    @property
+    def metadata(self) -> dict:
+        """What the vhost chose for itself (kept with its definition):
+        its semantics, when it chose them."""
+        return {"rabbitmq_semantics": self.semantics} if self.semantics_chosen else {}
 
     # ---- lookups -------------------------------------------------------
 
@@ -191,7 +214,7 @@ class VirtualHost:
         what = resource_name("exchange", name, self.name)
         if passive:
             return self.exchange(name)
-        cls = DECLARABLE_TYPES.get(type_name)
+        cls = (DECLARABLE_TYPES_4_3 if is_4x(self.semantics) else DECLARABLE_TYPES).get(type_name)
         if cls is None:
             # 3.13 made this a channel error (406); 3.10 closed the connection.
             raise precondition_failed(f"unknown exchange type '{type_name}'")
@@ -303,9 +326,19 @@ class VirtualHost:
             raise precondition_failed(
                 f"invalid type '{dlx[0]}' for arg 'x-dead-letter-exchange' in {what}")
         try:
-            queue_type = validate_queue_arguments(arguments)
+            queue_type = validate_queue_arguments(arguments, self.semantics)
         except ArgumentError as error:
             raise precondition_failed(error.message(what)) from None
+        # 4.3 denies the deprecated features these use (541, closing the
+        # connection): rabbit_amqqueue:declare/7 checks a transient
+        # non-exclusive queue before the queue type's own checks,
+        # rabbit_classic_queue:validate_arguments/1 the master locator.
+        if not (durable or exclusive) and not permitted(TRANSIENT_NONEXCL_QUEUES,
+                                                        self.semantics, self.permits):
+            raise AMQPError(INTERNAL_ERROR, denied_message(TRANSIENT_NONEXCL_QUEUES))
+        if (queue_type == "classic" and "x-queue-master-locator" in arguments
+                and not permitted(QUEUE_MASTER_LOCATOR, self.semantics, self.permits)):
+            raise AMQPError(INTERNAL_ERROR, denied_message(QUEUE_MASTER_LOCATOR))
         if queue_type in ("quorum", "stream"):
             # rabbit_queue_type_util checks, in RabbitMQ's order.
             for refused, prop in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
@@ -474,7 +507,8 @@ class VirtualHost:
                 self._settings_made.clear()
             settings = self._settings_made[key] = resolve(
                 arguments, policy.definition if policy else None,
-                operator.definition if operator else None, self.policy_wins, address)
+                operator.definition if operator else None, self.policy_wins, address,
+                self.semantics)
         return settings, policy, operator
 
     def reapply_policies(self) -> None:

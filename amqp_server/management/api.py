@@ -285,8 +285,11 @@ async def get_vhost(request: web.Request) -> web.Response:
 def _vhost_json(vhost) -> dict:
     ready = sum(q.message_count for q in vhost.queues.values())
     unacked = sum(q.unacked for q in vhost.queues.values())
+    # rabbitmq_semantics is ours: whose rules the vhost follows, chosen in
+    # its metadata or the broker's (docs/choosing-semantics.md).
     return {"name": vhost.name, "tracing": False, "messages": ready + unacked,
-            "messages_ready": ready, "messages_unacknowledged": unacked}
+            "messages_ready": ready, "messages_unacknowledged": unacked,
+            "metadata": vhost.metadata, "rabbitmq_semantics": vhost.semantics}
 
 
 # ---- queues -------------------------------------------------------------------

@@ -9,6 +9,8 @@ import math
 import re
 from dataclasses import fields
 
+from dlx.redelivery import NACKED, REJECTED
+
 from ..broker.message import Message
 from ..wire.frames import content_header
 from ..wire.properties import Properties, encode_properties
@@ -76,12 +78,16 @@ def get(queue, count: int, ackmode: str, encoding: str, limit: int | None) -> li
             break
         taken.append(entry)
         shown.append(_message_json(entry, queue.message_count, encoding, limit))
-    if ackmode.endswith("requeue_true"):
-        queue.requeue(taken)
+    # rabbit_mgmt_wm_queue_get: reject_* rejects, ack_requeue_true nacks
+    # (4.3 counts only the first as a failed delivery).
+    if ackmode == "reject_requeue_true":
+        queue.requeue(taken, REJECTED)
+    elif ackmode == "ack_requeue_true":
+        queue.requeue(taken, NACKED)
     elif ackmode == "ack_requeue_false":
         queue.settle(taken)
     else:
-        queue.reject(taken)
+        queue.reject(taken, REJECTED)
     return shown
 
 

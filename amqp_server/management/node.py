@@ -10,9 +10,12 @@ import resource
 import sys
 import time
 
+from dlx.semantics import is_4x
+
 from .. import __version__
 from ..broker import resources
-from ..broker.delayed_exchange import DECLARABLE_TYPES
+from ..broker.delayed_exchange import DECLARABLE_TYPES, DECLARABLE_TYPES_4_3
+from ..broker.modulus_hash import MODULUS_HASH_TYPE
 from .shapes import NODE
 
 # When this module was first imported: the broker process's start, close enough.
@@ -25,6 +28,18 @@ _EXCHANGE_DESCRIPTIONS = {
     "topic": "AMQP topic exchange, as per the AMQP specification",
     "x-delayed-message": "Delayed Message Exchange.",  # the plugin's description/0
 }
+# rabbit_exchange_type_modulus_hash:description/0
+_EXCHANGE_DESCRIPTIONS[MODULUS_HASH_TYPE] = "Modulus Hashing Exchange"
+
+
+def _declarable(broker) -> tuple[str, ...]:
+    """The exchange types some virtual host takes: x-modulus-hash only
+    where one follows RabbitMQ 4.3's semantics."""
+    if any(is_4x(vhost.semantics) for vhost in broker.vhosts.values()):
+        return tuple(DECLARABLE_TYPES_4_3)
+    return tuple(DECLARABLE_TYPES)
+
+
 _AUTH_MECHANISMS = (("AMQPLAIN", "QPid AMQPLAIN mechanism"),
                     ("PLAIN", "SASL PLAIN authentication mechanism"))
 
@@ -74,7 +89,7 @@ def node_json(broker, listeners: list[dict]) -> dict:
         "log_files": ["<stdout>"],
         "enabled_plugins": [],
         "exchange_types": [{"name": name, "description": _EXCHANGE_DESCRIPTIONS.get(name, ""),
-                            "enabled": True} for name in DECLARABLE_TYPES],
+                            "enabled": True} for name in _declarable(broker)],
         "auth_mechanisms": [{"name": name, "description": text, "enabled": True}
                             for name, text in _AUTH_MECHANISMS],
         "contexts": [{"description": "RabbitMQ Management", "path": "/",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dlx.dead_letter import DROP_CAUSES
 from dlx.deaths import REASONS
+from dlx.delayed_retry import describe as describe_delayed_retry
 
 from ..broker.definitions import jsonable
 
@@ -60,6 +61,7 @@ def queue_json(queue) -> dict:
         "consumers": len(queue.consumers),
         "single_active_consumer_tag": _single_active_tag(queue),
         **(_classic_fields(queue) if queue.settings.queue_type == "classic" else {}),
+        **(quorum_4_3_fields(queue) if queue.settings.is_quorum_4x else {}),
         "policy": policy.name if policy else None,
         "operator_policy": operator.name if operator else None,
         "effective_policy_definition": effective,
@@ -98,6 +100,28 @@ def stream_fields(queue) -> dict:
             "consumer_offsets": queue.consumer_offsets(),
         },
     }
+
+
+def quorum_4_3_fields(queue) -> dict:
+    """What RabbitMQ 4.3 shows of a quorum queue (rabbit_quorum_queue:
+    handle_tick/3): its delivery limit (`unlimited` when off), its delayed
+    retry, its ready messages by priority and those returned (served
+    first), and when the first and last delayed messages are due (ms since
+    the epoch, only while some wait)."""
+    settings = queue.settings
+    limit = settings.delivery_limit
+    by_priority = queue.by_priority()
+    shape = {"delivery_limit": limit if limit is not None else "unlimited",
+             "delayed_retry": describe_delayed_retry(settings.delayed_retry),
+             # rabbit_fifo_pq:overview/1: each priority holding messages
+             "messages_by_priority": {str(level): count
+                                      for level, count in sorted(by_priority.items())},
+             "messages_active_priorities": len(by_priority),
+             "messages_ready_returned": len(queue.ready.returns)}
+    due = queue.redelivery.due_times()
+    if due:
+        shape["next_delayed_at"], shape["last_delayed_at"] = int(due[0]), int(due[1])
+    return shape
 
 
 def _classic_fields(queue) -> dict:

@@ -178,6 +178,9 @@ class LocalTarget:
             header = header[:HEADER_PREFIX] + encode_properties(
                 replace(props, headers=redriven_headers(props.headers)))
         copy = Message.to(exchange_name, keys[0], header, original.body)
+        # The broker's own move: what it knows of the message goes along
+        # (its x-death stays its death history under 4.x).
+        copy.annotations = original.annotations
         holding = self.vhost.delayed.accepted
         published = self.vhost.republish(copy, self.grant, keys)
         if not published.routed:

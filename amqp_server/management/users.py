@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from dlx.semantics import semantics_problem
+
 from ..broker.permissions import Permission, PermissionError_
 from ..broker.users import HASHING_ALGORITHM, User, hash_password
 from .requests import BROKER, USER_KEY, BadRequest, read_body, require_admin
@@ -67,9 +69,20 @@ async def put_vhost(request: web.Request) -> web.Response:
     require_admin(request)
     broker = _broker(request)
     name = request.match_info["name"]
-    if name in broker.vhosts:
+    # Ours, beside RabbitMQ's description and tags: whose semantics the
+    # vhost follows (docs/choosing-semantics.md).
+    semantics = (await read_body(request)).get("rabbitmq_semantics")
+    if semantics is not None:
+        problem = semantics_problem(semantics)
+        if problem is not None:
+            raise BadRequest(problem)
+    try:
+        existed = name in broker.vhosts
+        broker.add_vhost(name, semantics)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    if existed:
         return web.Response(status=204)
-    broker.add_vhost(name)
     # As RabbitMQ's API (rabbit_vhost:maybe_grant_full_permissions): whoever
     # creates a vhost may use it at once.
     broker.set_permission(request[USER_KEY].name, name, Permission())

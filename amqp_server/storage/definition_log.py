@@ -5,7 +5,8 @@ checksummed msgpack list) appended to `<data_dir>/definitions/log`, so
 declaring the 100,000th durable queue costs what the first did (the whole
 set of definitions used to be rewritten on every change):
 
-  ["V", name]                                  a vhost
+  ["V", name, metadata]                        a vhost (metadata: what it chose,
+                                               {} or absent: nothing)
   ["U", name, password_hash, [tags]]
   ["P", user, vhost, configure, write, read]   permissions
   ["X", vhost, name, type, auto_delete, internal, arguments]
@@ -249,8 +250,8 @@ class DefinitionLog:
 
     # The broker's objects as records.
 
-    def vhost_added(self, name: str) -> None:
-        self._write(["V", name], True)
+    def vhost_added(self, name: str, metadata: dict | None = None) -> None:
+        self._write(["V", name, metadata] if metadata else ["V", name], True)
 
     def vhost_deleted(self, name: str) -> None:
         """The vhost and everything still recorded in it."""

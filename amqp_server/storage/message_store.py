@@ -2,15 +2,18 @@
 
 Records (msgpack lists, the first item says what it is):
   ["E", vhost, queue, seq, exchange, routing_key, header, body, routing_keys,
-   bcc, deadline]                       a message entered a queue
+   bcc, deadline, annotations]          a message entered a queue (annotations:
+                                        broker/message.py's, left out when none)
   ["R", vhost, queue, [seq, ...]]       entries left for good (ack, death, drop)
   ["D", vhost, queue, [seq, ...]]       entries were delivered (for redelivered=true)
   ["P", vhost, queue, upto]             every entry below `upto` left (delete)
   ["T", vhost, queue, start]            every entry from `start` on left (a purged
                                         paged tail, whose seqs are not in memory)
-  ["C", vhost, queue, [[seq, deliveries, due], ...]]
+  ["C", vhost, queue, [[seq, deliveries, due, failed], ...]]
                                         delivery counts, and when a delayed
-                                        redelivery is due (ms, or None)
+                                        redelivery is due (ms, or None); failed:
+                                        a 4.3 quorum queue's failed deliveries
+                                        (left out when it counts none)
 
 Removals and delivery marks are batched per flush; entries are appended at
 once.  A publisher waiting for a confirm waits for the flush that carries
@@ -41,7 +44,7 @@ class StoredEntry:
     file are never decoded into objects twice."""
 
     __slots__ = ("seq", "segment", "payload", "body_size", "deadline", "delivered",
-                 "deliveries", "due")
+                 "deliveries", "due", "failed")
 
     def __init__(self, seq: int, segment: int, payload, body_size: int,
                  deadline: float | None) -> None:
@@ -53,11 +56,16 @@ class StoredEntry:
         self.delivered = False
         self.deliveries = 0
         self.due = None
+        self.failed = None
 
     def record(self) -> list:
         """["E", vhost, queue, seq, exchange, routing_key, header, body,
-        routing_keys, bcc, deadline]"""
-        return records.decode_payload(self.payload)
+        routing_keys, bcc, deadline, annotations]: annotations always there
+        (None in records written without them)."""
+        record = records.decode_payload(self.payload)
+        if len(record) == 11:
+            record.append(None)
+        return record
 
 
 @dataclass
@@ -143,11 +151,12 @@ class MessageStore:
                     entries[seq].delivered = True
         elif kind == "C":
             entries = queues.get(key, {})
-            for seq, deliveries, due in record[3]:
+            for seq, deliveries, due, *failed in record[3]:
                 stored = entries.get(seq)
                 if stored is not None:
                     stored.deliveries = deliveries
                     stored.due = due
+                    stored.failed = failed[0] if failed else None
         elif kind == "P":
             entries = queues.get(key)
             if entries:
@@ -174,6 +183,8 @@ class MessageStore:
                   message.header, message.body,
                   list(keys) if keys != (message.routing_key,) else None,
                   list(message.bcc) or None, entry.deadline]
+        if message.annotations:
+            record.append(message.annotations)
         size = len(message.header) + len(message.body) + len(queue) + 48
         segment, generation = self.log.append(record, size, live=1)
         entry.segment = segment
@@ -201,8 +212,10 @@ class MessageStore:
         `always`: a quorum queue's count, which RabbitMQ keeps in its log.
         Appended at once, never batched, so count records keep their order."""
         if always or persists_count(entry.returns, self.max_redelivery_records):
-            self.log.append(["C", vhost, queue, [[entry.seq, entry.returns, due]]],
-                            len(queue) + 32)
+            counts = [entry.seq, entry.returns, due]
+            if entry.failed is not None:
+                counts.append(entry.failed)
+            self.log.append(["C", vhost, queue, [counts]], len(queue) + 32)
 
     def count_delivery(self, vhost: str, queue: str, entry) -> int:
         """persist-delivery-count-before-delivery: the count including the

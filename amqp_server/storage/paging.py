@@ -27,7 +27,7 @@ log = logging.getLogger("amqp_server.storage")
 CHUNK_SIZE = 16 << 20
 _READ_SIZE = 1 << 20
 _MAX_RECORD = 1 << 30  # above the largest message the broker accepts
-# Encoded (redelivered, returns, segment) prefixes: few distinct ones.
+# Encoded (redelivered, returns, segment, failed) prefixes: few distinct ones.
 _HEADS: dict[tuple, bytes] = {}
 
 

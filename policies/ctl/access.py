@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 from urllib.parse import quote
 
+from dlx.semantics import MODES as SEMANTICS_MODES
+
 from .api import AddVerb, Api, exists, vhost_path
-from .output import EX_DATAERR, EX_UNAVAILABLE, CtlError, say, table
+from .output import EX_DATAERR, EX_UNAVAILABLE, CtlError, columns, say, table
 
 
 def _user_path(name: str) -> str:
@@ -56,7 +58,11 @@ def list_users(api: Api, args: argparse.Namespace) -> None:
 
 def add_vhost(api: Api, args: argparse.Namespace) -> None:
     say(args, f'Adding vhost "{args.name}" ...')
-    api.call("PUT", f"/vhosts/{vhost_path(args.name)}")
+    # Ours: the vhost follows RabbitMQ 3.13's or 4.3's semantics, chosen
+    # now (docs/choosing-semantics.md); without it, the broker's.
+    body = ({"rabbitmq_semantics": args.rabbitmq_semantics}
+            if args.rabbitmq_semantics is not None else None)
+    api.call("PUT", f"/vhosts/{vhost_path(args.name)}", body)
 
 
 def delete_vhost(api: Api, args: argparse.Namespace) -> None:
@@ -65,9 +71,14 @@ def delete_vhost(api: Api, args: argparse.Namespace) -> None:
              missing=CtlError(f"vhost '{args.name}' not found", EX_DATAERR))
 
 
+VHOST_COLUMNS = ("name", "tracing", "messages", "messages_ready", "messages_unacknowledged",
+                 "rabbitmq_semantics")
+
+
 def list_vhosts(api: Api, args: argparse.Namespace) -> None:
+    shown = columns(args, VHOST_COLUMNS, ["name"])
     say(args, "Listing vhosts ...")
-    table(args, ["name"], api.call("GET", "/vhosts"))
+    table(args, shown, api.call("GET", "/vhosts"))
 
 
 def set_permissions(api: Api, args: argparse.Namespace) -> None:
@@ -104,9 +115,7 @@ def register(verb: AddVerb) -> None:
             ("delete_user", delete_user, ("name",)),
             ("change_password", change_password, ("name", "user_password")),
             ("list_users", list_users, ()),
-            ("add_vhost", add_vhost, ("name",)),
             ("delete_vhost", delete_vhost, ("name",)),
-            ("list_vhosts", list_vhosts, ()),
             ("set_permissions", set_permissions, ("user", "configure", "write", "read")),
             ("clear_permissions", clear_permissions, ("user",)),
             ("list_permissions", list_permissions, ()),
@@ -116,6 +125,12 @@ def register(verb: AddVerb) -> None:
             # (the positional password must not shadow --password, the
             # credentials amqpctl itself logs in with)
             sub.add_argument(param, metavar=param.removeprefix("user_").upper())
+    vhost = verb("add_vhost", add_vhost, "add vhost")
+    vhost.add_argument("name", metavar="NAME")
+    vhost.add_argument("--rabbitmq-semantics", choices=SEMANTICS_MODES,
+                       help="whose semantics the vhost follows: RabbitMQ 3.13's or 4.3's "
+                            "(default: the broker's)")
+    verb("list_vhosts", list_vhosts, "list vhosts").add_argument("columns", nargs="*")
     tags = verb("set_user_tags", set_user_tags, "set a user's tags")
     tags.add_argument("name")
     tags.add_argument("tags", nargs="*")

@@ -15,6 +15,11 @@ from .output import EX_DATAERR, CtlError, columns, say, table
 # A stream's own columns (RabbitMQ's names; `stream` holds ours): empty in
 # another queue's row, as rabbitmqctl leaves a key a queue type lacks.
 STREAM_COLUMNS = ("leader", "members", "online", "segments", "committed_offset", "stream")
+# A RabbitMQ 4.3 quorum queue's own columns (rabbit_quorum_queue:handle_tick/3;
+# docs/choosing-semantics.md): empty in another queue's row.
+QUORUM_4_3_COLUMNS = ("delivery_limit", "delayed_retry", "next_delayed_at", "last_delayed_at",
+                      "messages_by_priority", "messages_active_priorities",
+                      "messages_ready_returned")
 # What each listing can show: the keys the management API fills in its rows.
 VALID_COLUMNS = {
     "queues": ("name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "type",
@@ -23,7 +28,7 @@ VALID_COLUMNS = {
                "message_bytes_paged_out", "consumers", "single_active_consumer_tag", "policy",
                "operator_policy", "effective_policy_definition", "dead_lettered",
                "dead_letter_dropped", "expired", "rejected_publishes", "dead_letter_held",
-               *STREAM_COLUMNS),
+               *STREAM_COLUMNS, *QUORUM_4_3_COLUMNS),
     "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments",
                   "policy"),
     "bindings": ("source_name", "source_kind", "destination_name", "destination_kind",

@@ -16,8 +16,10 @@ import argparse
 import json
 from urllib.parse import quote
 
+from dlx.semantics import DEFAULT as DEFAULT_SEMANTICS, MODES, RABBITMQ_4_3
+
 from ..model import PolicyError, make_policy
-from ..registry import BY_KEY, OPERATOR_KEYS
+from ..registry import ANY_BY_KEY, BY_KEY, VIEWS
 from .api import AddVerb, Api, vhost_path
 from .output import EX_DATAERR, CtlError, say, table
 
@@ -33,9 +35,19 @@ def _path(args: argparse.Namespace, operator: bool) -> str:
     return f"/{_kind(operator)}/{vhost_path(args.vhost)}/{quote(args.name, safe='')}"
 
 
-def checked_definition(args: argparse.Namespace, operator: bool) -> object:
+def vhost_semantics(api: Api, vhost: str) -> str:
+    """Whose semantics `vhost` follows (its policies are checked by them);
+    3.13's when the broker does not say (a vhost the user cannot see)."""
+    for row in api.call("GET", "/vhosts"):
+        if row.get("name") == vhost and row.get("rabbitmq_semantics") in MODES:
+            return str(row["rabbitmq_semantics"])
+    return DEFAULT_SEMANTICS
+
+
+def checked_definition(args: argparse.Namespace, operator: bool,
+                       semantics: str = DEFAULT_SEMANTICS) -> object:
     """The definition as JSON, refused in plain words where the broker
-    would refuse it."""
+    would refuse it (by `semantics`, the vhost's)."""
     try:
         definition = json.loads(args.definition)
     except json.JSONDecodeError as exc:
@@ -44,7 +56,7 @@ def checked_definition(args: argparse.Namespace, operator: bool) -> object:
                        "the shell", EX_DATAERR) from None
     try:
         make_policy(args.vhost, args.name, args.pattern, definition, args.priority,
-                    args.apply_to, operator)
+                    args.apply_to, operator, semantics)
     except PolicyError as exc:
         hint = ""
         if "unknown" in exc.plain and "did you mean" not in exc.plain:
@@ -54,7 +66,7 @@ def checked_definition(args: argparse.Namespace, operator: bool) -> object:
 
 
 def set_policy(api: Api, args: argparse.Namespace, operator: bool = False) -> None:
-    definition = checked_definition(args, operator)
+    definition = checked_definition(args, operator, vhost_semantics(api, args.vhost))
     say(args, f'Setting policy "{args.name}" for pattern "{args.pattern}" to '
               f'"{args.definition}" with priority "{args.priority}" for vhost "{args.vhost}" ...')
     api.call("PUT", _path(args, operator),
@@ -75,9 +87,11 @@ def list_policies(api: Api, args: argparse.Namespace, operator: bool = False) ->
 
 
 def _keys_help(operator: bool) -> str:
-    keys = OPERATOR_KEYS if operator else tuple(BY_KEY)
+    keys = VIEWS[RABBITMQ_4_3].operator_keys if operator else tuple(ANY_BY_KEY)
+    only_4_3 = [key for key in keys if key not in BY_KEY]
     return (f"DEFINITION is a JSON object such as '{EXAMPLE}'; its keys: "
-            + ", ".join(keys))
+            + ", ".join(key for key in keys if key in BY_KEY)
+            + f"; in a vhost following RabbitMQ 4.3's semantics, also {', '.join(only_4_3)}")
 
 
 def register(verb: AddVerb) -> None:

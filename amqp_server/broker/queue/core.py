@@ -34,8 +34,10 @@ workbench call):
     dispatch()                       hand ready messages to consumers with room
     take_one() -> Entry | None       basic.get
     settle(entries)                  acknowledged (or discarded) for good
-    requeue(entries, by_client)      given back: counted, delayed, or back
-    reject(entries)                  rejected without requeue: dead-lettered
+    requeue(entries, how)            given back (how: dlx.redelivery's REJECTED,
+                                     NACKED, RECOVERED, CLOSED, TIMED_OUT):
+                                     counted, delayed, or back
+    reject(entries, how)             rejected without requeue: dead-lettered
     add_consumer / remove_consumer
     expire(now), sweep(now)          TTL at the head; the reaper's pass
     touch()                          used (x-expires)
@@ -53,6 +55,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
+from dlx.redelivery import REJECTED as REJECTED_BACK
 from policies.effective import QueueSettings, resolve
 
 from ...wire.table import FieldTable
@@ -116,7 +119,7 @@ class Queue:
         self.clock = clock  # wall-clock ms
         # The parts.  Ordering and dispatch follow the arguments only (no
         # policy key): fixed for the queue's life.
-        self.ready = ready_for(settings.max_priority)
+        self.ready = ready_for(settings.max_priority, settings.is_quorum_4x)
         self.consumers = (SingleActive(by_priority=not settings.is_quorum)
                           if settings.single_active_consumer else RoundRobin())
         self.limits = Limits(clock())
@@ -200,6 +203,16 @@ class Queue:
     @property
     def paged_bytes(self) -> int:
         return self.pager.bytes
+
+    def by_priority(self) -> dict[int, int]:
+        """A 4.3 quorum queue's ready messages at each priority that has
+        any, in memory and paged (its returned ones aside)."""
+        counts = self.ready.by_priority()
+        for lane in range(self.ready.lane_count):
+            paged = self.pager.count_in(lane)
+            if paged:
+                counts[lane] = counts.get(lane, 0) + paged
+        return counts
 
     @property
     def delayed(self) -> list[Entry]:
@@ -306,6 +319,8 @@ class Queue:
         now = self.clock()
         entry = Entry(self.next_seq, message)
         entry.deadline = limits.deadline(message, now)
+        if message.annotations is not None and self.redelivery.quorum_4x:
+            self.redelivery.arrived(entry)
         if self.store is not None:
             self._persist(entry, message)  # first: a page file records its segment
         self.next_seq += 1
@@ -414,7 +429,7 @@ class Queue:
             dropped.append(self._pop())
         if not dropped:
             return []
-        return [Forget(dropped), DeadLetter([entry.message for entry in dropped], MAXLEN)]
+        return [Forget(dropped), DeadLetter(self.redelivery.dying(dropped), MAXLEN)]
 
     def _pop(self) -> Entry:
         entry = self.ready.popleft()
@@ -524,21 +539,27 @@ class Queue:
         if self.store is not None:
             self.store.remove(self.vhost, self.name, entries)  # a Forget, carried out
 
-    def reject(self, entries: list[Entry]) -> None:
-        """Delivered messages rejected without requeue: they die 'rejected'."""
+    def reject(self, entries: list[Entry], how: str = REJECTED_BACK) -> None:
+        """Delivered messages rejected without requeue (basic.reject, or
+        `how` NACKED: basic.nack): they die 'rejected'."""
+        messages = self.redelivery.discarded(entries, how)
         self.settle(entries)
-        self.carry_out((DeadLetter([entry.message for entry in entries], REJECTED_REASON),))
+        self.carry_out((DeadLetter(messages, REJECTED_REASON),))
 
-    def requeue(self, entries: list[Entry], by_client: bool = True) -> None:
-        """Delivered messages come back: nack/reject with requeue and recover
-        (`by_client`), or their channel closed.  Where returns are counted, a
-        message may die, wait out a redelivery delay, or come straight back."""
+    def requeue(self, entries: list[Entry], how: str = REJECTED_BACK) -> None:
+        """Delivered messages come back: `how` says whether rejected, nacked
+        or recovered by the client, left by a closed channel or timed out.
+        Where returns are counted, a message may die, wait out a redelivery
+        delay, or come straight back (4.3: to the tail, for a plain return
+        to a quorum queue without a delivery limit)."""
         if not entries:
             return
         self.unacked -= len(entries)
         if self.redelivery.counts:
-            entries, effects = self.redelivery.returned(entries, by_client, self.clock())
+            entries, tail, effects = self.redelivery.returned(entries, how, self.clock())
             self.carry_out(effects)
+            if tail:
+                self._requeue_tail(tail)
             if not entries:
                 return
         self._put_back(entries)
@@ -547,6 +568,21 @@ class Queue:
         for entry in entries:
             entry.redelivered = True
         self._requeue(entries)
+
+    def _requeue_tail(self, entries: list[Entry]) -> None:
+        """4.3's quorum queue with no delivery limit appends a plain return
+        as a new message (rabbit_fifo's #requeue command)."""
+        for entry in entries:
+            entry.redelivered = True
+            if self.pages_next(entry.segment is not None, entry):
+                self._page_out(entry)
+            else:
+                self.ready.append_requeued(entry)
+            self.ready_bytes += len(entry.message.body)
+        if self.limits.sheds_head:
+            self.carry_out(self._drop_head())
+        if self.consumers:
+            self.dispatch()
 
     def _requeue(self, entries: list[Entry]) -> None:
         for entry in entries:
@@ -593,7 +629,7 @@ class Queue:
 
     def _died_expired(self, entries: list[Entry]) -> tuple:
         self.stats["expired"] += len(entries)
-        return (Forget(entries), DeadLetter([entry.message for entry in entries], EXPIRED))
+        return (Forget(entries), DeadLetter(self.redelivery.dying(entries), EXPIRED))
 
     def sweep(self, now: float) -> int:
         """The reaper's pass: expired messages anywhere in the queue go, not
@@ -823,9 +859,14 @@ class Queue:
     # ---- purge and delete ------------------------------------------------------
 
     def purge(self) -> int:
-        """Ready and delayed messages go (those out for delivery stay)."""
+        """Ready and delayed messages go (those out for delivery stay); a
+        4.3 quorum queue's at-least-once dead letters waiting for a target
+        go too, and count (rabbit_fifo:apply_/3 for #purge: dlx_purge/1)."""
         delayed = self.redelivery.clear()
         count = self.message_count + len(delayed)
+        if self.redelivery.quorum_4x and self.redelivery.held_count:
+            count += self.redelivery.held_count
+            self.redelivery.drop_held()
         self._forget(self.ready)
         self._forget(delayed)
         self._forget_paged()

@@ -5,7 +5,8 @@ classic queue puts a returned message back where it was, by its per-queue
 sequence number; a quorum queue puts it at the head.  `PriorityReady`
 (`x-max-priority`) keeps one such FIFO per priority and serves the highest
 first; a message without a priority counts as 0, one above the maximum as
-the maximum (rabbit_priority_queue).
+the maximum (rabbit_priority_queue).  `StrictPriorityReady` is a RabbitMQ
+4.3 quorum queue's: 32 priorities and a returns queue served first.
 
 Interface (the queue calls it; both take the same calls):
 
@@ -176,10 +177,84 @@ class PriorityReady:
         self._count = sum(map(len, self.levels))
 
 
-def ready_for(max_priority: int | None):
+class StrictPriorityReady(PriorityReady):
+    """A RabbitMQ 4.3 quorum queue's order (rabbit_fifo v8): every message
+    has one of 32 priorities, its own clamped to 0-31 or 4 without one
+    (rabbit_fifo:msg_priority/1), the highest served first
+    (rabbit_fifo_pq); messages that came back wait in a returns queue of
+    their own, in the order they came back, served before any priority
+    (take_next_msg/1).  A plain return with no delivery limit is a new
+    message at priority 4 (`append_requeued`: the #requeue command).
+    Paged messages go in a lane per priority; returns are never paged."""
+
+    def __init__(self) -> None:
+        super().__init__(MAX_PRIORITY_4_3)
+        self.returns = FifoReady()
+
+    def level_of(self, priority: int | None) -> int:
+        return DEFAULT_PRIORITY_4_3 if priority is None else min(priority, MAX_PRIORITY_4_3)
+
+    def by_priority(self) -> dict[int, int]:
+        """Messages waiting at each priority that has any (in memory)."""
+        return {level: len(queue) for level, queue in enumerate(self.levels) if queue}
+
+    def append_requeued(self, entry: Entry) -> None:
+        self.levels[DEFAULT_PRIORITY_4_3].append(entry)
+        self._count += 1
+
+    def popleft(self) -> Entry:
+        if self.returns:
+            self._count -= 1
+            return self.returns.popleft()
+        return super().popleft()
+
+    def pop(self) -> Entry:
+        if self._count == len(self.returns):
+            self._count -= 1
+            return self.returns.pop()
+        return super().pop()
+
+    def __getitem__(self, index: int) -> Entry:
+        returns = self.returns
+        if index < 0:
+            index += self._count
+        if index < len(returns):
+            return returns[index]
+        return super().__getitem__(index - len(returns))
+
+    def __iter__(self):
+        yield from self.returns
+        yield from super().__iter__()
+
+    def clear(self) -> None:
+        super().clear()
+        self.returns.clear()
+
+    def put_back(self, entries: list[Entry], at_head: bool) -> None:
+        """Returned messages join the returns queue, behind earlier ones
+        (rabbit_fifo:return_one/8: lqueue:in)."""
+        self.returns.extend(entries)
+        self._count += len(entries)
+
+    def drop(self, doomed: set[int]) -> None:
+        self.returns.drop(doomed)
+        for level in self.levels:
+            level.drop(doomed)
+        self._count = len(self.returns) + sum(map(len, self.levels))
+
+
+# rabbit_fifo.erl: ?MAX_PRIORITY (rabbit_fifo_pq's 32 levels) and ?DEFAULT_PRIORITY.
+MAX_PRIORITY_4_3 = 31
+DEFAULT_PRIORITY_4_3 = 4
+
+
+def ready_for(max_priority: int | None, strict: bool = False):
     """The ordering a queue declared with these arguments keeps.  As 3.13.4
     and later (rabbit_priority_queue:priorities/1), x-max-priority 0 still
-    makes two levels, 0 and 1; earlier releases made it plain FIFO."""
+    makes two levels, 0 and 1; earlier releases made it plain FIFO.
+    `strict`: a 4.3 quorum queue's (StrictPriorityReady)."""
+    if strict:
+        return StrictPriorityReady()
     if max_priority is None:
         return FifoReady()
     return PriorityReady(max(1, max_priority))

@@ -185,12 +185,14 @@ class Pager:
         message = entry.message.origin or entry.message
         keys = message.routing_keys
         lane = self._lane(index)
-        self._pages(lane).append([
-            entry.redelivered, entry.returns, entry.segment,
-            ["E", self._vhost, self._name, entry.seq, message.exchange, message.routing_key,
-             message.header, message.body,
-             list(keys) if keys != (message.routing_key,) else None,
-             list(message.bcc) or None, entry.deadline]])
+        stored = ["E", self._vhost, self._name, entry.seq, message.exchange,
+                  message.routing_key, message.header, message.body,
+                  list(keys) if keys != (message.routing_key,) else None,
+                  list(message.bcc) or None, entry.deadline]
+        if message.annotations:
+            stored.append(message.annotations)  # as the store writes them
+        self._pages(lane).append([entry.redelivered, entry.returns, entry.segment,
+                                  entry.failed, stored])
         self._track(lane, entry.seq, 1, len(message.body),
                     () if entry.segment is None else (entry.segment,))
         self._note_reason(lane, latest_reason(message))
@@ -202,7 +204,7 @@ class Pager:
         lane = self._lane(index)
         # A counted delivery before the crash is a delivery that failed.
         self._pages(lane).append_encoded(
-            ((item.delivered or item.deliveries > 0, item.deliveries, item.segment),
+            ((item.delivered or item.deliveries > 0, item.deliveries, item.segment, item.failed),
              item.payload) for item in items)
         size = sum(item.body_size for item in items)
         self._track(lane, items[0].seq, len(items), size, (item.segment for item in items))
@@ -233,8 +235,9 @@ class Pager:
             records = lane.pages.read(min(room, 256))
             if not records:
                 break
-            for redelivered, returns, segment, stored in records:
-                _, _, _, seq, exchange, routing_key, header, body, keys, bcc, deadline = stored
+            for redelivered, returns, segment, failed, stored in records:
+                (_, _, _, seq, exchange, routing_key, header, body, keys, bcc, deadline,
+                 *annotations) = stored
                 shared = routes.get((exchange, routing_key))
                 if shared is None:
                     shared = routes[(exchange, routing_key)] = (
@@ -243,11 +246,14 @@ class Pager:
                                   tuple(keys) if keys else shared[1])
                 if bcc:
                     message.bcc = tuple(bcc)
+                if annotations:
+                    message.annotations = annotations[0]
                 self._take_reason(lane)
                 entry = Entry(seq, message)
                 entry.redelivered = redelivered
                 entry.deadline = deadline
                 entry.returns = returns
+                entry.failed = failed
                 entry.segment = segment
                 if segment is not None:
                     self.segments[segment] -= 1
@@ -301,7 +307,7 @@ class Pager:
         for lane in self._lanes:
             while lane.count and (records := lane.pages.read(4096)):
                 refs.extend(PagedRef(stored[3], segment)
-                            for _, _, segment, stored in records if segment is not None)
+                            for _, _, segment, _, stored in records if segment is not None)
                 lane.count -= len(records)
         return None, refs
 

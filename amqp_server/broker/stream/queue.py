@@ -470,13 +470,13 @@ class StreamQueue(Queue):
         self.acked += count
         self.dispatch()
 
-    def requeue(self, entries, by_client: bool = True) -> None:
+    def requeue(self, entries, how: str = "reject") -> None:
         # 3.13: a nack or reject gives credit like an ack; the message
         # stays in the stream and is not delivered again to this consumer.
         self.unacked -= len(entries)
         self.dispatch()
 
-    def reject(self, entries) -> None:
+    def reject(self, entries, how: str = "reject") -> None:
         self.unacked -= len(entries)
         self.dispatch()
 

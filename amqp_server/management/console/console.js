@@ -436,8 +436,27 @@
         row("Arguments", compact(q.arguments) || "none"),
         row("Policy", q.policy || "none"), row("Operator policy", q.operator_policy || "none"),
         row("Effective policy definition", compact(q.effective_policy_definition) || "none"),
-        row("Single active consumer", q.single_active_consumer_tag || ""));
+        row("Single active consumer", q.single_active_consumer_tag || ""),
+        ...quorum43Rows(q, row));
     };
+  }
+
+  // What RabbitMQ 4.3 shows of its quorum queues (rabbit_quorum_queue:handle_tick/3):
+  // present only for a queue under 4.3's semantics.
+  function quorum43Rows(q, row) {
+    if (q.delivery_limit === undefined) return [];
+    const when = (ms) => (ms ? new Date(ms).toISOString() : "none waiting");
+    const rows = [row("Delivery limit", String(q.delivery_limit)),
+      row("Delayed retry", q.delayed_retry),
+      row("Next delayed retry at", when(q.next_delayed_at)),
+      row("Last delayed retry at", when(q.last_delayed_at))];
+    if (q.messages_by_priority !== undefined) {
+      const levels = Object.entries(q.messages_by_priority)
+        .sort(([a], [b]) => Number(b) - Number(a)).map(([p, n]) => `${p}: ${n}`);
+      rows.push(row("Ready by priority", levels.join(", ") || "none"),
+        row("Returned, served first", String(q.messages_ready_returned ?? 0)));
+    }
+    return rows;
   }
 
   views.exchanges = (root) => {

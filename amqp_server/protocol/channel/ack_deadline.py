@@ -13,33 +13,56 @@ known to have been delivered by the first note past it.  A check every
 second therefore fires at most a second or two late; RabbitMQ's, on its
 60 s channel tick, up to a minute late.
 
+RabbitMQ 4.3 moved the timeout into the queues (its release notes: classic
+queues and streams no longer evaluate one): in a virtual host following
+4.3, only a quorum queue's deliveries time out, each against its own
+consumer's timeout (its `x-consumer-timeout` argument, else the queue's
+argument or policy, else the broker's), and what times out goes back to
+the queue without counting as a failed delivery (rabbit_fifo:
+evaluate_consumer_timeout).  The channel then cancels that consumer with
+basic.cancel when the client takes those; otherwise, or for a basic.get,
+it closes with 406 as rabbit_channel:handle_queue_actions/2 does for a
+`released ... timeout` action (its "Timeout value used: -1 ms" included).
+
 Owns: those notes of (next delivery tag, time).
 Needs: the channel's deliveries (the oldest outstanding one and the next
-tag) and the broker's config (the default timeout).
+tag, and giving timed-out ones back), its consumers (cancelling one), the
+broker's config (the default timeout) and the vhost's semantics.
 
 Interface: `overdue`.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
+from dlx.semantics import is_4x
+
 from ...errors import PRECONDITION_FAILED, AMQPError
-from .deliveries import Deliveries
+from .deliveries import TIMED_OUT_QUEUE, Deliveries
+
+CONSUMER_TIMEOUT = "x-consumer-timeout"
 
 
 class AckDeadline:
-    __slots__ = ("number", "_marks", "_deliveries", "_config")
+    __slots__ = ("number", "_marks", "_deliveries", "_config", "_quorum_only", "_consumers")
 
-    def __init__(self, number: int, deliveries: Deliveries, config) -> None:
+    def __init__(self, number: int, deliveries: Deliveries, config,
+                 semantics: str = "3.13", consumers=None) -> None:
         self.number = number
         self._marks: deque[tuple[int, float]] = deque()  # (next tag, ms)
         self._deliveries = deliveries
         self._config = config
+        self._quorum_only = is_4x(semantics)
+        # The channel's consuming part (4.3: cancels a timed-out consumer).
+        self._consumers = consumers
 
     def overdue(self, now_ms: float) -> AMQPError | None:
         """The 406 that closes this channel when its oldest delivery has
         waited too long for its acknowledgement, else None."""
+        if self._quorum_only:
+            return self._quorum_overdue(now_ms)
         marks = self._marks
         unacked = self._deliveries.unacked
         next_tag = self._deliveries.next_tag
@@ -59,6 +82,64 @@ class AckDeadline:
             f"delivery acknowledgement on channel {self.number} timed out. Timeout value "
             f"used: {timeout} ms. This timeout value can be configured, see consumers doc "
             "guide to learn more")
+
+    def _quorum_overdue(self, now_ms: float) -> AMQPError | None:
+        """4.3: each quorum delivery past its consumer's timeout goes back;
+        its consumer is cancelled, or the channel closes."""
+        marks = self._marks
+        unacked = self._deliveries.unacked
+        if not unacked:
+            marks.clear()
+            return None
+        next_tag = self._deliveries.next_tag
+        if not marks or marks[-1][0] != next_tag:
+            marks.append((next_tag, now_ms))
+        oldest = next(iter(unacked))
+        while marks[0][0] <= oldest:
+            marks.popleft()
+        tags = [mark[0] for mark in marks]
+        overdue: dict = {}  # consumer (None: basic.get) -> its overdue tags
+        for tag, (queue, _, consumer) in unacked.items():
+            if queue is TIMED_OUT_QUEUE or not queue.settings.is_quorum_4x:
+                continue
+            timeout = self._quorum_timeout(queue, consumer)
+            # Delivered before the first note past its tag was taken.
+            delivered_by = marks[bisect.bisect_right(tags, tag)][1]
+            if timeout is not None and now_ms - delivered_by > timeout:
+                overdue.setdefault(consumer, []).append(tag)
+        if not overdue:
+            return None
+        # The consumers stop first (rabbit_fifo puts them in `timeout`
+        # status), so what goes back is not delivered to them again.
+        closes = None in overdue or not self._consumers.cancels_notified()
+        if closes:
+            self._consumers.stop_delivering()
+        else:
+            for consumer in overdue:
+                self._consumers.timed_out(consumer)
+        for tags_out in overdue.values():
+            self._deliveries.time_out(tags_out)
+        if not closes:
+            return None
+        return AMQPError(
+            PRECONDITION_FAILED,
+            f"delivery acknowledgement on channel {self.number} timed out. Timeout value "
+            "used: -1 ms. This timeout value can be configured, see consumers doc guide to "
+            "learn more")
+
+    def _quorum_timeout(self, queue, consumer) -> int | None:
+        """rabbit_queue_type:consume/3 and get_consumer_timeout/2: the
+        consumer's argument, else the queue's argument or policy (the
+        smaller), else the broker's (-1 here: none)."""
+        if consumer is not None and consumer.arguments:
+            value = consumer.arguments.get(CONSUMER_TIMEOUT)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        timeout = queue.settings.consumer_timeout
+        if isinstance(timeout, int) and not isinstance(timeout, bool):
+            return timeout
+        timeout = self._config.consumer_timeout
+        return timeout if timeout >= 0 else None
 
     def _timeout_for(self, queue) -> int | None:
         timeout = queue.settings.consumer_timeout

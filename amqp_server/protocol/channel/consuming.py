@@ -10,14 +10,15 @@ consumed there), output (replies), and the channel, which consumers
 deliver through.
 
 Interface: `qos`, `consume`, `cancel`, `get`, `consumer_cancelled` (the
-queue cancelled one), `queues`, `redispatch`, `hold_cancels`,
-`held_cancels`, `close`, `prefetch`.
+queue cancelled one), `timed_out` (a 4.3 consumer timeout), `queues`,
+`redispatch`, `hold_cancels`, `held_cancels`, `close`, `prefetch`.
 """
 
 from __future__ import annotations
 
 from pamqp import commands as spec
 
+from policies.deprecated_features import GLOBAL_QOS, permitted
 from policies.registry import ArgumentError, validate_consume_arguments
 
 from ...broker.direct_reply import PSEUDO_QUEUE
@@ -69,7 +70,9 @@ class Consuming:
     def qos(self, method) -> None:
         if method.prefetch_size:
             raise not_implemented(f"prefetch_size!=0 ({method.prefetch_size})")
-        if method.global_:
+        # RabbitMQ 4.3 denies the deprecated global qos (global_qos is
+        # denied_by_default): basic.qos global=true is taken as global=false.
+        if method.global_ and permitted(GLOBAL_QOS, self._vhost.semantics, self._vhost.permits):
             self._deliveries.global_prefetch = method.prefetch_count
         else:
             self.prefetch = method.prefetch_count
@@ -103,7 +106,8 @@ class Consuming:
             raise access_refused(
                 f"{resource_name('queue', queue.name, vhost.name)} in exclusive use")
         try:
-            priority = validate_consume_arguments(method.arguments, queue.settings.queue_type)
+            priority = validate_consume_arguments(method.arguments, queue.settings.queue_type,
+                                                  queue.settings.semantics)
         except ArgumentError as error:
             raise precondition_failed(error.message(
                 resource_name("queue", queue.name, vhost.name))) from None
@@ -149,6 +153,23 @@ class Consuming:
             else:
                 self._output.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag,
                                        nowait=True))
+
+    def cancels_notified(self) -> bool:
+        """The client takes basic.cancel from the broker."""
+        return bool(self._conn.capabilities.get("consumer_cancel_notify")) and not self._closing
+
+    def timed_out(self, consumer: Consumer) -> None:
+        """A 4.3 quorum queue takes `consumer`'s overdue deliveries back:
+        it is cancelled, and the client hears basic.cancel."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            self._detach(consumer)
+            self._output.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
+
+    def stop_delivering(self) -> None:
+        """The channel closes for a consumer timeout: nothing more is
+        delivered to it meanwhile."""
+        self._channel.closing = True
 
     def hold_cancels(self) -> None:
         """Cancels of consumers from now on wait for `held_cancels` (as

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from pamqp import commands as spec
 
+from dlx.redelivery import CLOSED, NACKED, RECOVERED, REJECTED
+
 from ...errors import AMQPError, not_implemented
 from ...storage.definition_log import NO_JOURNAL
 from ...wire.methods import make
@@ -62,7 +64,9 @@ class Channel:
                                                output)
         self.publishing = publishing = Publishing(vhost, connection, confirms, transactions,
                                                   replies)
-        self.ack_deadline = AckDeadline(number, deliveries, connection.config)
+        self.ack_deadline = AckDeadline(number, deliveries, connection.config,
+                                        vhost.semantics if vhost is not None else "3.13",
+                                        consuming)
         # The connection's calls, straight to the part that answers them.
         self.start_publish = publishing.start
         self.content_header = publishing.content_header
@@ -162,11 +166,12 @@ class Channel:
         self._acked(self.deliveries.take(tag, multiple))
 
     def _basic_reject(self, method) -> None:
-        self._rejected(self.deliveries.take(method.delivery_tag, False), method.requeue)
+        self._rejected(self.deliveries.take(method.delivery_tag, False), method.requeue,
+                       REJECTED)
 
     def _basic_nack(self, method) -> None:
         self._rejected(self.deliveries.take(method.delivery_tag, method.multiple),
-                       method.requeue)
+                       method.requeue, NACKED)
 
     def settle_each(self, method_id: int, tags: list[int], requeue: bool) -> None:
         """Single basic.ack, basic.reject or basic.nack frames (`method_id`
@@ -178,7 +183,7 @@ class Channel:
             if method_id == 80:
                 self._acked(taken)
             else:
-                self._rejected(taken, requeue)
+                self._rejected(taken, requeue, REJECTED if method_id == 90 else NACKED)
         if error is not None:
             raise error
 
@@ -188,18 +193,20 @@ class Channel:
         else:
             self.deliveries.settle(taken)
 
-    def _rejected(self, taken: Taken, requeue: bool) -> None:
+    def _rejected(self, taken: Taken, requeue: bool, how: str) -> None:
+        """`how`: REJECTED (basic.reject) or NACKED (basic.nack), which 4.3
+        counts apart (dlx.redelivery.delivery_failed)."""
         if self.transactions.actions is not None:
-            self.transactions.reject(taken, requeue)
+            self.transactions.reject(taken, requeue, how)
         elif requeue:
-            self.deliveries.requeue(taken)
+            self.deliveries.requeue(taken, how)
         else:
-            self.deliveries.discard(taken)
+            self.deliveries.discard(taken, how)
 
     def _basic_recover_async(self, method) -> None:
         if not method.requeue:
             raise not_implemented("requeue=false")
-        self.deliveries.requeue(self.deliveries.take_all())
+        self.deliveries.requeue(self.deliveries.take_all(), RECOVERED)
 
     def _basic_recover(self, method) -> None:
         self._basic_recover_async(method)
@@ -231,5 +238,5 @@ class Channel:
         self.replies.stop()
         taken = self.deliveries.take_all()
         taken.extend(self.transactions.abandon())
-        self.deliveries.requeue(sorted(taken, key=lambda pair: pair[0]), by_client=False)
+        self.deliveries.requeue(sorted(taken, key=lambda pair: pair[0]), CLOSED)
         self.consuming.detach_all()

@@ -13,7 +13,7 @@ the channel's consumers read (a channel-wide limit lifted by a settlement
 may let any of them deliver).
 
 Interface: `deliver`, `deliver_many`, `deliver_got`, `take`, `take_each`,
-`take_all`, `settle`, `requeue`, `discard`, `restore`; consumers read
+`take_all`, `settle`, `requeue`, `discard`, `restore`, `time_out`; consumers read
 `unacked` and `global_prefetch` for their room (protocol/consumer.py).
 """
 
@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import islice
 from operator import attrgetter, itemgetter
+
+from dlx.redelivery import REJECTED, TIMED_OUT
 
 from ...errors import AMQPError, precondition_failed
 from ...wire import frames
@@ -188,7 +190,8 @@ class Deliveries:
         """Acknowledged: their queues forget them."""
         records = list(map(_RECORD, taken))
         queue, _, consumer = records[0] if records else (None, None, None)
-        if consumer is not None and list(map(_CONSUMER, records)).count(consumer) == len(records):
+        if (consumer is not None and queue is not TIMED_OUT_QUEUE
+                and list(map(_CONSUMER, records)).count(consumer) == len(records)):
             # All from one consumer (so one queue), as a multiple ack
             # usually is: settled in one step.
             consumer.unacked -= len(records)
@@ -198,7 +201,7 @@ class Deliveries:
             return
         by_queue: dict = {}
         for _, (queue, entry, consumer) in taken:
-            if consumer is not None:
+            if consumer is not None and queue is not TIMED_OUT_QUEUE:
                 consumer.unacked -= 1
             entries = by_queue.get(queue)
             if entries is None:
@@ -211,26 +214,39 @@ class Deliveries:
             queue.settle(entries)
         self._after_release(set(by_queue))
 
-    def requeue(self, taken: Taken, by_client: bool = True) -> None:
-        """Rejected with requeue, recovered, or left at the channel's close:
-        back in their queues."""
+    def requeue(self, taken: Taken, how: str = REJECTED) -> None:
+        """Rejected or nacked with requeue, recovered, or left at the
+        channel's close (`how`, dlx.redelivery's, says which: 4.3 counts them
+        apart): back in their queues."""
         by_queue = self._released(taken)
         for queue, entries in by_queue.items():
             if queue.deleted:
                 queue.settle(entries)  # nowhere to go back to
             else:
-                queue.requeue(entries, by_client)
+                queue.requeue(entries, how)
         self._after_release(set(by_queue))
 
-    def discard(self, taken: Taken) -> None:
-        """Rejected without requeue: the messages die with reason 'rejected'."""
+    def discard(self, taken: Taken, how: str = REJECTED) -> None:
+        """Rejected or nacked without requeue: the messages die with reason
+        'rejected'."""
         by_queue = self._released(taken)
         for queue, entries in by_queue.items():
             if queue.deleted:
                 queue.settle(entries)
             else:
-                queue.reject(entries)
+                queue.reject(entries, how)
         self._after_release(set(by_queue))
+
+    def time_out(self, tags: list[int]) -> None:
+        """A 4.3 quorum queue's consumer timeout: these deliveries go back to
+        their queues (not counted as failed deliveries), but their tags stay
+        outstanding, as in RabbitMQ's channel, so a late ack or reject of
+        one is taken and does nothing."""
+        unacked = self.unacked
+        taken = [(tag, unacked[tag]) for tag in tags]
+        for tag, (_, entry, consumer) in taken:
+            unacked[tag] = (TIMED_OUT_QUEUE, entry, consumer)
+        self.requeue(taken, TIMED_OUT)
 
     def _after_release(self, touched: set) -> None:
         if self.global_prefetch:
@@ -242,10 +258,31 @@ class Deliveries:
     @staticmethod
     def _released(taken: Taken) -> dict:
         """The taken entries by queue, their consumers' unacked counts
-        given back."""
+        given back (not again for one a consumer timeout gave back)."""
         by_queue: dict = {}
         for _, (queue, entry, consumer) in taken:
-            if consumer is not None:
+            if consumer is not None and queue is not TIMED_OUT_QUEUE:
                 consumer.unacked -= 1
             by_queue.setdefault(queue, []).append(entry)
         return by_queue
+
+
+class _TimedOut:
+    """Where a delivery a consumer timeout gave back now points: settling
+    it, any way, does nothing (its message is back in its queue)."""
+
+    deleted = False
+    ready = consumers = ()
+    settings = type("Settings", (), {"queue_type": "quorum"})()
+
+    def settle(self, entries) -> None:
+        pass
+
+    def requeue(self, entries, how=None) -> None:
+        pass
+
+    def reject(self, entries, how=None) -> None:
+        pass
+
+
+TIMED_OUT_QUEUE = _TimedOut()

@@ -7,7 +7,7 @@ loses one.
 
 Owns: whether the channel is transactional (`actions` is None when not)
 and the actions waiting for commit, in order: ("publish", routed,
-mandatory), ("ack", taken) and ("reject", taken, requeue).
+mandatory), ("ack", taken) and ("reject", taken, requeue, how).
 Needs: the virtual host (routing, queueing), the channel's confirms (what
 the publisher hears at commit), deliveries (settle, requeue, discard,
 restore) and output (replies; commit-ok held until the persistent
@@ -20,6 +20,8 @@ Interface: `select`, `publish`, `ack`, `reject`, `commit`, `rollback`,
 from __future__ import annotations
 
 from pamqp import commands as spec
+
+from dlx.redelivery import REJECTED
 
 from ...broker.message import Message
 from ...errors import precondition_failed
@@ -57,8 +59,8 @@ class Transactions:
     def ack(self, taken: Taken) -> None:
         self._pending().append(("ack", taken))
 
-    def reject(self, taken: Taken, requeue: bool) -> None:
-        self._pending().append(("reject", taken, requeue))
+    def reject(self, taken: Taken, requeue: bool, how: str = REJECTED) -> None:
+        self._pending().append(("reject", taken, requeue, how))
 
     def count(self, kind: str) -> int:
         """Actions of a kind ("publish", "ack", "reject") waiting for commit."""
@@ -81,9 +83,9 @@ class Transactions:
                 elif action[0] == "ack":
                     deliveries.settle(action[1])
                 elif action[2]:
-                    deliveries.requeue(action[1])
+                    deliveries.requeue(action[1], action[3])
                 else:
-                    deliveries.discard(action[1])
+                    deliveries.discard(action[1], action[3])
                 done += 1
         finally:
             # Should anything fail part-way, the acks and rejects not yet
