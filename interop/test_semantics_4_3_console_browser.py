@@ -11,7 +11,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
 from .browser import Console, start_chromium
-from .test_management import amqpctl
+from .management_api import amqpctl
 from .waiting import wait_get_noack
 
 

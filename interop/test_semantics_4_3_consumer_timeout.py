@@ -11,7 +11,7 @@ from pika.exceptions import ChannelClosedByBroker
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_management import http
+from .management_api import http
 from .waiting import wait_for, wait_get_noack
 
 TIMEOUT_MS = 1000

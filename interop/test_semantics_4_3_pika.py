@@ -18,8 +18,8 @@ from amqp_server.broker.modulus_hash import PHASH2_RANGE
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .test_management import amqpctl, http
-from .test_workbench_api import dead_letters, wait_task
+from .dead_letters import dead_letters, wait_task
+from .management_api import amqpctl, http
 from .waiting import wait_get, wait_get_noack
 
 

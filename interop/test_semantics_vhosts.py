@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .test_management import amqpctl, http
+from .management_api import amqpctl, http
 
 
 def test_a_vhost_made_over_http_chooses_4_3(broker):

@@ -27,3 +27,13 @@ def open_broker(path, **config) -> tuple[Broker, list[str]]:
 
 def segment_files(path) -> list:
     return sorted((path / "messages").glob("*.seg"))
+
+
+# Messages kept in memory per queue before paging, in the paging tests.
+PAGING_THRESHOLD = 10
+
+
+def open_paging_broker(path, **config) -> Broker:
+    """A broker on `path` that pages past a few messages per queue."""
+    config.setdefault("paging_threshold", PAGING_THRESHOLD)
+    return open_broker(path, **config)[0]

@@ -12,7 +12,7 @@ import pytest
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.wire.table import FieldArray, FieldTable, Timestamp
 
-from .test_queue_deaths import FakeClock, message, publish
+from .messages import FakeClock, message, publish
 
 
 def client_x_death(queue: str, reason: str = "expired", count: int = 5) -> FieldTable:

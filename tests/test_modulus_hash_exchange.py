@@ -11,7 +11,7 @@ from amqp_server.broker.modulus_hash import PHASH2_RANGE
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.errors import AMQPError
 
-from .test_queue_deaths import FakeClock, message
+from .messages import FakeClock, message
 
 
 @pytest.mark.parametrize("keys,expected", [

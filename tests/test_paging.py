@@ -7,19 +7,18 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from amqp_server.broker.broker import Broker
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
 from dlx.redelivery import NACKED, REJECTED
-from tests.disk_brokers import open_broker as open_storage_broker, segment_files
+from tests.disk_brokers import (
+    PAGING_THRESHOLD,
+    open_paging_broker,
+    segment_files,
+)
 from tests.messages import TakeAll, message, persistent
 
-THRESHOLD = 10
-
-
-def open_broker(path, **config) -> Broker:
-    config.setdefault("paging_threshold", THRESHOLD)
-    return open_storage_broker(path, **config)[0]
+THRESHOLD = PAGING_THRESHOLD
+open_broker = open_paging_broker
 
 
 def page_files(path) -> list:

@@ -14,7 +14,7 @@ from dlx.delayed_retry import DelayedRetry, delayed_retry, describe, retry_delay
 from dlx.redelivery import NACKED, REJECTED, TIMED_OUT
 from policies.effective import resolve
 
-from .test_queue_deaths import FakeClock, message, publish
+from .messages import FakeClock, message, publish
 
 Q43 = "4.3"
 

@@ -28,8 +28,8 @@ from dlx.redelivery import (
 from policies.effective import DEFAULT_DELIVERY_LIMIT, resolve
 from policies.model import PolicyError, make_policy
 
-from .test_queue_deaths import FakeClock, message, publish
-from .test_storage import open_broker, persistent
+from .disk_brokers import open_broker
+from .messages import FakeClock, message, persistent, publish
 
 Q43 = "4.3"
 

@@ -12,9 +12,8 @@ from amqp_server.management.shapes import queue_json
 from amqp_server.wire.table import FieldTable
 from dlx.redelivery import NACKED, REJECTED
 
-from .test_paging import open_broker as open_paging_broker
-from .test_queue_deaths import FakeClock, message, publish
-from .test_storage import persistent
+from .disk_brokers import open_paging_broker
+from .messages import FakeClock, message, persistent, publish
 
 
 def quorum(semantics: str = "4.3", **arguments):

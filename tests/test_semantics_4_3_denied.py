@@ -12,7 +12,7 @@ from amqp_server.errors import INTERNAL_ERROR, AMQPError
 from amqp_server.wire.table import FieldTable
 from policies.deprecated_features import denied_message
 
-from .test_queue_deaths import FakeClock
+from .messages import FakeClock
 
 # The reply text RabbitMQ 4.3 closes the connection with, as Erlang/OTP
 # formats it (rabbit_binary_generator:amqp_exception_explanation/2 with

@@ -12,7 +12,7 @@ from amqp_server.cli import parse_args
 from amqp_server.config import BrokerConfig, ConfigError
 from dlx.semantics import semantics_problem
 
-from .test_storage import open_broker
+from .disk_brokers import open_broker
 
 
 def test_3_13_is_the_default():
