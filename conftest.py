@@ -16,6 +16,8 @@ starve each other's heartbeats).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 # A test using one of these fixtures is of that kind.
@@ -30,8 +32,11 @@ KIND_OF_FIXTURE = {
     "cluster": "cluster",
 }
 
-# The kinds whose tests run one at a time, each kind on one worker.
-SERIAL_KINDS = ("differential", "spark", "cluster")
+# The kinds whose tests run one at a time, each kind on one worker, in the
+# order a parallel run starts them: the longest chain first (the Spark
+# tests take the longest one after another, then the clusters, then the
+# differential tests), so that none of them is the run's tail.
+SERIAL_KINDS = ("spark", "cluster", "differential")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -45,3 +50,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if serial and item.get_closest_marker("xdist_group") is None:
             # A test of two such kinds joins the first one's group.
             item.add_marker(pytest.mark.xdist_group(serial[0]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist hands out the work in the order its workers collected it
+        # (--no-loadscope-reorder): the groups first, longest first.
+        items.sort(key=_start_order)
+
+
+def _start_order(item: pytest.Item) -> int:
+    group = item.get_closest_marker("xdist_group")
+    name = group.args[0] if group is not None and group.args else None
+    return SERIAL_KINDS.index(name) if name in SERIAL_KINDS else len(SERIAL_KINDS)
