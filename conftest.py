@@ -11,7 +11,8 @@ differential tests share the reference RabbitMQ (a policy, a user or the
 consumer timeout set there for one test is the whole broker's), Spark tests
 one SparkSession and its JVM, cluster tests the cores their etcd members and
 broker nodes need to keep their leases (two clusters at once on two cores
-starve each other's heartbeats).
+starve each other's heartbeats), slow tests what they build once for a
+module (the wheel and the venv it is installed into).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ KIND_OF_FIXTURE = {
 # order a parallel run starts them: the longest chain first (the Spark
 # tests take the longest one after another, then the clusters, then the
 # differential tests), so that none of them is the run's tail.
-SERIAL_KINDS = ("spark", "cluster", "differential")
+SERIAL_KINDS = ("spark", "cluster", "differential", "slow")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
