@@ -54,9 +54,9 @@ async def test_a_confirm_waits_until_a_follower_taking_a_copy_has_it_on_disk(tmp
         replica, _ = follower(tmp_path / "b2")
         finish = replica.finish_copy
 
-        def slow_finish(lsn: int) -> None:
+        def slow_finish(lsn: int, **link) -> None:
             release.wait(20)
-            finish(lsn)
+            finish(lsn, **link)
         replica.finish_copy = slow_finish
         following = Following(replica, "b", CLUSTER, SECRET)
         task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
@@ -80,14 +80,14 @@ async def test_a_stream_deleted_before_its_leader_died_is_declared_again_empty(t
     replica, following = follower(tmp_path / "follower")
     apply = replica.apply
 
-    def dies_before_the_files_go(batch):
+    def dies_before_the_files_go(batch, **link):
         kinds = [frame[0] for frame in batch]
         if frames.STREAM_DELETED in kinds:
             prefix = batch[:kinds.index(frames.STREAM_DELETED)]
             if prefix:
-                apply(prefix)
+                apply(prefix, **link)
             raise frames.FrameError("the leader died here")
-        return apply(batch)
+        return apply(batch, **link)
     replica.apply = dies_before_the_files_go
     task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))
     try:
@@ -173,9 +173,9 @@ async def test_a_copy_of_thousands_of_archive_files_holds_one_open_at_a_time(tmp
     peak = before
     copy_piece = replica.copy_piece
 
-    def counting(path, offset, data) -> None:
+    def counting(path, offset, data, **link) -> None:
         nonlocal peak
-        copy_piece(path, offset, data)
+        copy_piece(path, offset, data, **link)
         peak = max(peak, len(os.listdir("/proc/self/fd")))
     replica.copy_piece = counting
     task = asyncio.ensure_future(following.follow("127.0.0.1", leader.cluster_port))

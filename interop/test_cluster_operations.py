@@ -9,6 +9,7 @@ import socket
 import struct
 import urllib.error
 import urllib.request
+from time import time as real_time
 
 import pika
 import pytest
@@ -140,6 +141,26 @@ def test_a_forwarding_line_without_the_secret_is_refused(cluster):
     with socket.create_connection(("127.0.0.1", leader.cluster_port), timeout=10) as sock:
         sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
         assert sock.recv(100) == b""
+
+
+def test_a_forwarding_line_is_believed_once(cluster):
+    leader, _ = followers(cluster)
+    line = forwarding.preamble(SECRET.encode(), "127.0.0.1", 40000, "node-x")
+    with socket.create_connection(("127.0.0.1", leader.amqp_port), timeout=10) as sock:
+        assert isinstance(_amqp_login(sock, line), commands.Connection.Tune)
+    with socket.create_connection(("127.0.0.1", leader.amqp_port), timeout=10) as sock:
+        assert _amqp_login(sock, line) is None  # replayed
+
+
+def test_a_forwarding_line_from_a_clock_minutes_off_is_believed(cluster, monkeypatch):
+    # A follower whose wall clock was stepped by five minutes (NTP) still
+    # forwards: the nonce, not the clock, stops a replay.
+    leader, _ = followers(cluster)
+    monkeypatch.setattr(forwarding.time, "time", lambda: real_time() + 300)
+    line = forwarding.preamble(SECRET.encode(), "127.0.0.1", 40000, "node-x")
+    monkeypatch.undo()
+    with socket.create_connection(("127.0.0.1", leader.amqp_port), timeout=10) as sock:
+        assert isinstance(_amqp_login(sock, line), commands.Connection.Tune)
 
 
 def test_the_management_api_forwarded_by_a_follower_checks_the_user(cluster):

@@ -14,9 +14,12 @@ decides whether to follow again, and whom.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 
 from . import frames as f, handshake
 from .replica import Replica
@@ -31,8 +34,13 @@ class Following:
     """One connection to one leader."""
 
     def __init__(self, replica: Replica, node: str, cluster: str, secret: bytes,
-                 tls=None) -> None:
+                 tls=None, *, on_copy: Callable[[bool], None] = lambda whole: None,
+                 quiet: bool = False) -> None:
         self.replica = replica
+        # Told when a full copy starts (False: this copy is not whole now)
+        # and when the copy is whole (a copy completed, or the stream resumed).
+        self.on_copy = on_copy
+        self.quiet = quiet  # an earlier try already said the leader is unreachable
         self.tls = tls
         self.node = node
         self.cluster = cluster
@@ -54,8 +62,11 @@ class Following:
                 handshake.TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             self.refused = isinstance(exc, ConnectionRefusedError)
-            log.info("cannot reach the leader's cluster port %s:%d: %s", host, port, exc)
+            if not self.quiet:
+                log.info("cannot reach the leader's cluster port %s:%d: %s", host, port,
+                         str(exc) or type(exc).__name__)
             return
+        keep_alive(writer)
         self._writer = writer
         frames = f.FrameStream(reader)
         try:
@@ -69,7 +80,7 @@ class Following:
                 asyncio.IncompleteReadError) as exc:
             if not self._stopping:
                 self.link_broke = True
-                log.warning("replication from %s:%d ended: %s", host, port, exc)
+                log.info("replication from %s:%d ended: %s", host, port, exc)
         finally:
             self.streaming = False
             writer.close()
@@ -99,6 +110,11 @@ class Following:
 
     async def _apply(self, queue: deque, wake: asyncio.Event, writer, loop) -> None:
         replica = self.replica
+        generation = replica.generation
+
+        def run(method, *args):
+            return loop.run_in_executor(None, functools.partial(method, *args,
+                                                                generation=generation))
         while True:
             await wake.wait()
             wake.clear()
@@ -107,26 +123,28 @@ class Following:
                     batch = []
                     while queue and queue[0][0] in f.DATA_KINDS:
                         batch.append(queue.popleft())
-                    lsn = await loop.run_in_executor(None, replica.apply, batch)
+                    lsn = await run(replica.apply, batch)
                     writer.write(f.encode([f.ACK, lsn]))
                     continue
                 frame = queue.popleft()
                 kind = frame[0]
                 if kind == f.SNAPSHOT:
                     self.streaming = False
-                    await loop.run_in_executor(None, replica.start_copy, frame[1])
+                    self.on_copy(False)
+                    await run(replica.start_copy, frame[1])
                     log.info("taking a copy from leader %s", self.leader)
                 elif kind == f.FILE:
-                    await loop.run_in_executor(None, replica.copy_piece, frame[1],
-                                               frame[2], frame[3])
+                    await run(replica.copy_piece, frame[1], frame[2], frame[3])
                 elif kind == f.READY:
-                    await loop.run_in_executor(None, replica.finish_copy, frame[1])
+                    await run(replica.finish_copy, frame[1])
                     writer.write(f.encode([f.ACK, frame[1]]))
                     self.streaming = self.was_streaming = True
+                    self.on_copy(True)
                     log.info("copy from leader %s complete at %d", self.leader, frame[1])
                 elif kind == f.RESUME:
-                    replica.resume(frame[1], frame[2], frame[3])
+                    replica.resume(frame[1], frame[2], frame[3], generation=generation)
                     self.streaming = self.was_streaming = True
+                    self.on_copy(True)
                     log.info("following leader %s from %d", self.leader, frame[2])
                 else:
                     raise f.FrameError(f"unexpected {kind!r} from the leader")
@@ -135,3 +153,25 @@ class Following:
         self._stopping = True
         if self._writer is not None:
             self._writer.close()
+
+
+def keep_alive(writer: asyncio.StreamWriter) -> None:
+    """TCP keepalive on a replication link, so that a link whose other end
+    went silent (a partition, not a reset) is found dead in seconds by the
+    kernel, not after the default two hours; and a bound on data left
+    unacknowledged (TCP_USER_TIMEOUT), so that a copy or a stream written
+    to a peer cut off mid-way fails in seconds rather than after the
+    kernel's fifteen minutes of retransmissions."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 2)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 10_000)
+    except OSError:
+        pass

@@ -4,13 +4,17 @@ requests to the leader, saying who the client really is.
 AMQP: the follower opens a connection to the leader's AMQP port, sends one
 line before the client's bytes,
 
-    AMQPFWD1 <client host> <client port> <node> <unix time> <hex HMAC>\\n
+    AMQPFWD1 <client host> <client port> <node> <unix time> <nonce> <hex HMAC>\\n
 
 and then copies bytes both ways.  The leader believes the line only when
-the HMAC (over the other fields, with the cluster secret) is right and the
-time is recent, and then treats the connection as coming from the client's
-address: the loopback-only `guest` rule and the connection listings see
-the client, not the follower.
+the HMAC (over the other fields, with the cluster secret) is right, the
+time is within FRESH_SECONDS of its own and the nonce was not seen before,
+and then treats the connection as coming from the client's address: the
+loopback-only `guest` rule and the connection listings see the client, not
+the follower.  A captured line cannot be used again (its nonce is kept for
+as long as its time would pass), and nodes whose wall clocks disagree by
+minutes - an NTP step on one - still forward: the window is wide because
+the nonce, not the clock, is what stops a replay.
 
 HTTP: every request is sent on to the leader's management port with the
 same facts in an `X-Amqp-Forwarded-For` header, signed the same way;
@@ -23,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from .handshake import proof
@@ -32,39 +38,70 @@ log = logging.getLogger("amqp_server.cluster")
 
 PREFIX = b"AMQPFWD1 "
 MAX_LINE = 512
-FRESH_SECONDS = 60.0
+FRESH_SECONDS = 900.0
+# Nonces seen within the window, at most this many (the oldest go first).
+SEEN_LIMIT = 200_000
 HEADER = "X-Amqp-Forwarded-For"
+# Every forwarded call is bounded: connecting to the leader ...
+CONNECT_TIMEOUT = 2.0
+# ... and a management request as a whole (a leader cut off mid-answer must
+# not hold the follower's handler, or its shutdown, for minutes).
+REQUEST_TIMEOUT = 30.0
 
 
-def _signed(secret: bytes, host: str, port: int, node: str, stamp: int) -> str:
-    return proof(secret, "forwarded", host, str(port), node, str(stamp)).hex()
+def _signed(secret: bytes, host: str, port: int, node: str, stamp: int, nonce: str) -> str:
+    return proof(secret, "forwarded", host, str(port), node, str(stamp), nonce).hex()
 
 
 def preamble(secret: bytes, host: str, port: int, node: str) -> bytes:
     stamp = int(time.time())
-    mac = _signed(secret, host, port, node, stamp)
-    return f"AMQPFWD1 {host} {port} {node} {stamp} {mac}\n".encode()
+    nonce = secrets.token_hex(8)
+    mac = _signed(secret, host, port, node, stamp, nonce)
+    return f"AMQPFWD1 {host} {port} {node} {stamp} {nonce} {mac}\n".encode()
 
 
 def header_value(secret: bytes, host: str, port: int, node: str) -> str:
     return preamble(secret, host, port, node)[len(PREFIX):-1].decode()
 
 
+class _Nonces:
+    """The nonces believed within the window: a line is believed once."""
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[str, float] = OrderedDict()
+
+    def first_time(self, nonce: str, now: float) -> bool:
+        seen = self._seen
+        while seen and (len(seen) >= SEEN_LIMIT
+                        or next(iter(seen.values())) < now - 2 * FRESH_SECONDS):
+            seen.popitem(last=False)
+        if nonce in seen:
+            return False
+        seen[nonce] = now
+        return True
+
+
+_nonces = _Nonces()
+
+
 def verify(secret: bytes, fields: str) -> tuple[str, int, str] | None:
     """(client host, client port, forwarding node) from a forwarded line's
     fields (after the prefix), or None when they are not signed with the
-    secret, or stale."""
+    secret, stale, or seen before."""
     parts = fields.strip().split(" ")
-    if len(parts) != 5:
+    if len(parts) != 6:
         return None
-    host, port_text, node, stamp_text, mac = parts
+    host, port_text, node, stamp_text, nonce, mac = parts
     try:
         port, stamp = int(port_text), int(stamp_text)
     except ValueError:
         return None
-    if abs(time.time() - stamp) > FRESH_SECONDS:
+    now = time.time()
+    if abs(now - stamp) > FRESH_SECONDS:
         return None
-    if not hmac.compare_digest(mac, _signed(secret, host, port, node, stamp)):
+    if not hmac.compare_digest(mac, _signed(secret, host, port, node, stamp, nonce)):
+        return None
+    if not _nonces.first_time(nonce, time.monotonic()):
         return None
     return host, port, node
 
@@ -92,7 +129,9 @@ class AmqpForwarder:
         self.node = node
         self.target = target
         self.server: asyncio.Server | None = None
-        self._pipes: set[asyncio.Task] = set()
+        # Each client's pipe: the leader it goes to, and its two ends.
+        self._pipes: dict[asyncio.Task, tuple[tuple[str, int], asyncio.StreamWriter,
+                                              asyncio.StreamWriter]] = {}
 
     async def start(self, host: str, port: int) -> int:
         self.server = await asyncio.start_server(self._client, host, port, reuse_address=True)
@@ -106,24 +145,36 @@ class AmqpForwarder:
             return
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(*target), 5.0)
+                asyncio.open_connection(*target), CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            log.info("cannot forward a client to the leader at %s:%d: %s", *target, exc)
+            log.debug("cannot forward a client to the leader at %s:%d: %s", *target, exc)
             writer.close()
             return
         up_writer.write(preamble(self.secret, peer[0], peer[1], self.node))
         task = asyncio.current_task()
-        self._pipes.add(task)
+        assert task is not None
+        self._pipes[task] = (target, writer, up_writer)
         try:
             await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
         finally:
-            self._pipes.discard(task)
+            self._pipes.pop(task, None)
+
+    def retarget(self, target: tuple[str, int] | None) -> None:
+        """The leader changed: close the clients forwarded to another one (a
+        leader cut off would hold them until their heartbeat times out);
+        they connect again and are forwarded to the new leader."""
+        for going_to, writer, up_writer in list(self._pipes.values()):
+            if going_to != target:
+                # Aborted: what waits to go to a leader cut off never will.
+                writer.transport.abort()
+                up_writer.transport.abort()
 
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-        for task in list(self._pipes):
-            task.cancel()
+        for _, writer, up_writer in list(self._pipes.values()):
+            writer.transport.abort()
+            up_writer.transport.abort()
         if self.server is not None:
             await self.server.wait_closed()
         self.server = None
@@ -153,11 +204,15 @@ class HttpForwarder:
 
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{path:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A leader elected here takes these ports over: requests still in
+        # flight are cut short rather than waited for.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
         await site.start()
-        self._session = ClientSession(timeout=ClientTimeout(total=120), auto_decompress=False)
+        self._session = ClientSession(
+            timeout=ClientTimeout(total=REQUEST_TIMEOUT, sock_connect=CONNECT_TIMEOUT),
+            auto_decompress=False)
         return site._server.sockets[0].getsockname()[1]
 
     async def _forward(self, request):

@@ -49,11 +49,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from . import in_sync
 from .etcd import (
     Compare,
     EtcdClient,
@@ -65,7 +67,7 @@ from .etcd import (
     put_op,
     range_op,
 )
-from .session import CLOSED, Session
+from .session import Session
 
 __all__ = ["DEFAULT_MIN_IN_SYNC", "InSync", "Leader", "Leadership", "LeadershipLost",
            "NotLeader", "Term", "group_prefix"]
@@ -147,6 +149,41 @@ class _Snapshot:
     @property
     def leader(self) -> Leader | None:
         return Leader._from(self.queue[0]) if self.queue else None
+
+
+async def _snapshot(client: EtcdClient, prefix: str) -> _Snapshot:
+    found = await client.get(prefix, prefix=True)
+    election = prefix + "election/"
+    queue = sorted((kv for kv in found.kvs if kv.key.startswith(election)),
+                   key=lambda kv: kv.create_revision)
+    isr = next((InSync(_names(kv.value), kv.mod_revision)
+                for kv in found.kvs if kv.key == prefix + "isr"), None)
+    return _Snapshot(found.revision, queue, isr)
+
+
+async def observe(client: EtcdClient, prefix: str, recheck: float = DEFAULT_RECHECK
+                  ) -> AsyncIterator[tuple[Leader | None, int]]:
+    """A group's leader (None while nobody leads) each time it changes, with
+    the etcd revision it was read at.  Needs no session: a node that has
+    none (etcd dropped its lease) still sees who leads.  Runs until
+    cancelled; etcd being unreachable only delays it."""
+    last: object = _NOTHING
+    while True:
+        try:
+            snapshot = await _snapshot(client, prefix)
+        except EtcdError:
+            await asyncio.sleep(RETRY_INTERVAL)
+            continue
+        leader = snapshot.leader
+        seen = (leader.key, leader.revision, leader.addresses) if leader else None
+        if seen != last:
+            last = seen
+            yield leader, snapshot.revision
+        began = time.monotonic()
+        changes = await client.watch_once(prefix, prefix=True,
+                                          start_revision=snapshot.revision + 1, timeout=recheck)
+        if not changes and time.monotonic() - began < RETRY_INTERVAL:
+            await asyncio.sleep(RETRY_INTERVAL)  # the watch could not be made
 
 
 def _names(value: bytes) -> tuple[str, ...]:
@@ -256,6 +293,13 @@ class Leadership:
         if term is not None:
             self._end(term, "resigned")
 
+    def abandon(self, reason: str) -> None:
+        """Forget the current term here without touching etcd (the node
+        stopped acting on it); a later campaign reads etcd afresh and wins
+        again only if the key is still first in line there."""
+        if self.term is not None:
+            self._end(self.term, reason)
+
     def _begin(self, term: Term) -> None:
         self.term = term
         self.lost.clear()
@@ -268,9 +312,7 @@ class Leadership:
         self.lost.set()
         if self._monitor is not None and self._monitor is not asyncio.current_task():
             self._monitor.cancel()
-        deliberate = reason in ("resigned", CLOSED)
-        log.log(logging.INFO if deliberate else logging.WARNING,
-                "node %s no longer leads group %s: %s", self.node, self.group, reason)
+        log.info("node %s no longer leads group %s: %s", self.node, self.group, reason)
         for callback in list(self._callbacks):
             try:
                 callback(reason)
@@ -298,12 +340,7 @@ class Leadership:
     # ---- campaign steps ---------------------------------------------------
 
     async def _snapshot(self) -> _Snapshot:
-        found = await self.client.get(self.prefix, prefix=True)
-        queue = sorted((kv for kv in found.kvs if kv.key.startswith(self.election + "/")),
-                       key=lambda kv: kv.create_revision)
-        isr = next((InSync(_names(kv.value), kv.mod_revision)
-                    for kv in found.kvs if kv.key == self.isr_key), None)
-        return _Snapshot(found.revision, queue, isr)
+        return await _snapshot(self.client, self.prefix)
 
     async def _enter(self, isr: InSync | None) -> None:
         """Create this node's campaign key, if the in-sync set is still the
@@ -371,19 +408,8 @@ class Leadership:
         """The leader each time it changes, None while nobody leads (which
         etcd's /v3/election/observe never says).  Runs until cancelled; etcd
         being unreachable only delays it."""
-        last: object = _NOTHING
-        while True:
-            try:
-                snapshot = await self._snapshot()
-            except EtcdError:
-                await asyncio.sleep(RETRY_INTERVAL)
-                continue
-            leader = snapshot.leader
-            seen = (leader.key, leader.revision, leader.addresses) if leader else None
-            if seen != last:
-                last = seen
-                yield leader
-            await self._wait_change(self.prefix, True, snapshot.revision)
+        async for leader, _ in observe(self.client, self.prefix, self.recheck):
+            yield leader
 
     # ---- fenced writes ----------------------------------------------------
 
@@ -411,8 +437,8 @@ class Leadership:
         if self.node not in wanted:
             raise ValueError(f"the in-sync set must hold its leader {self.node!r}")
         current = await self.read_isr()
-        if (current is not None and len(wanted) < self.min_in_sync
-                and len(wanted) < len(current.nodes)):
+        if current is not None and not in_sync.may_shrink(current.nodes, wanted,
+                                                          self.min_in_sync):
             raise ValueError(f"the in-sync set cannot shrink below min-in-sync "
                              f"({self.min_in_sync}): {list(wanted)}")
         return await self._cas(self.isr_key, wanted, current.mod_revision if current else 0, term)
@@ -499,10 +525,10 @@ class Leadership:
             [delete_op(leader.key)])
         if not result.succeeded:
             return False
-        log.warning("node %s deposed %s as leader of group %s", self.node, leader.node,
-                    self.group)
+        log.info("node %s deposed %s as leader of group %s", self.node, leader.node,
+                 self.group)
         try:
             await self.client.revoke(leader.lease)
         except EtcdError as exc:  # the key is gone already: leadership moved
-            log.warning("could not revoke the deposed leader's lease %x: %s", leader.lease, exc)
+            log.info("could not revoke the deposed leader's lease %x: %s", leader.lease, exc)
         return True

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from . import frames as f, handshake
 from .archive_shipping import ArchiveShipping
+from .follower import keep_alive
 from .shipper import Shipper, Sources
 
 log = logging.getLogger("amqp_server.cluster")
@@ -64,6 +65,7 @@ async def listen(host: str, port: int, secret: bytes, cluster: str, node: str,
             log.warning("cluster connection from %s refused: %s", peer, exc)
             writer.close()
             return
+        keep_alive(writer)
         current = shipper()
         if current is None or current.stopped:
             writer.close()  # not the leader (any more): the follower looks again

@@ -17,10 +17,14 @@ blocks; the follower runs it on a worker thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from policies.store import write_document
 
@@ -42,6 +46,24 @@ def mark_whole(data_dir: Path, epoch: int) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     fsync_dir(path.parent)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _one_at_a_time(method: _Method) -> _Method:
+    """The follower applies frames on a worker thread; closing the copy
+    (the node stops following to lead) waits for the batch in hand rather
+    than closing files under it, and a call made for a link that was closed
+    since (`generation`, still queued for a thread) writes nothing."""
+    @functools.wraps(method)
+    def guarded(self: Replica, *args: Any, generation: int | None = None,
+                **kwargs: Any) -> Any:
+        with self._busy:
+            if generation is not None and generation != self.generation:
+                raise f.FrameError("the link this was received on is closed")
+            return method(self, *args, **kwargs)
+    return guarded  # type: ignore[return-value]
 
 
 class Replica:
@@ -67,12 +89,16 @@ class Replica:
         self._segments: dict[int, object] = {}
         self._definitions: int | None = None
         self._copying: dict[str, object] | None = None
+        self._busy = threading.RLock()
+        # Moves on at each close: what was received before is not applied after.
+        self.generation = 0
 
     # ---- a full copy -----------------------------------------------------
 
+    @_one_at_a_time
     def start_copy(self, epoch: int) -> None:
         """Forget the old copy: the leader sends all of its own."""
-        self.close()
+        self._close_files()
         self.epoch = None
         # Not whole from here until finish_copy: this node may not lead.
         (self.data_dir / COPY_MARKER).unlink(missing_ok=True)
@@ -88,6 +114,7 @@ class Replica:
         self._copying = {}
         self._copy_epoch = epoch
 
+    @_one_at_a_time
     def copy_piece(self, path: str, offset: int, data: bytes) -> None:
         if self._copying is None or not f.copy_path_allowed(path):
             raise f.FrameError(f"unexpected piece of {path!r} in a copy")
@@ -113,6 +140,7 @@ class Replica:
             handle.close()
         copying.clear()
 
+    @_one_at_a_time
     def finish_copy(self, lsn: int) -> None:
         if self._copying is None:
             raise f.FrameError("a copy ended that had not started")
@@ -126,6 +154,7 @@ class Replica:
         self.lsn = lsn
         mark_whole(self.data_dir, self.epoch)
 
+    @_one_at_a_time
     def resume(self, epoch: int, lsn: int, from_epoch: int) -> None:
         """Go on from `lsn` in term `epoch`: this copy must be at `lsn` of
         `from_epoch` (the same term, or the copy a new leader started from)."""
@@ -138,6 +167,7 @@ class Replica:
 
     # ---- the stream ------------------------------------------------------
 
+    @_one_at_a_time
     def apply(self, batch: list[list]) -> int:
         """Apply data frames in order and make them durable; returns the
         last LSN applied."""
@@ -356,7 +386,12 @@ class Replica:
         os.replace(fresh, path)
         fsync_dir(path.parent)
 
+    @_one_at_a_time
     def close(self) -> None:
+        self.generation += 1
+        self._close_files()
+
+    def _close_files(self) -> None:
         for handle in self._segments.values():
             handle.close()
         self._segments.clear()

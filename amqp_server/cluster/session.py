@@ -1,30 +1,33 @@
-"""A lease kept alive, and the moment it can no longer be trusted
-(etcd's concurrency.Session).
+"""A lease kept alive (etcd's concurrency.Session), and what is known of it.
 
 Every claim a node makes in etcd - its membership key, its place in an
 election - is a key on its session's lease, so that etcd deletes them all
-when the node stops renewing.  The owner must learn that the lease is gone
-*before* etcd could hand its claims to another node, because a leader that
-keeps confirming after that would confirm at the same time as its successor.
+when the node stops renewing.
 
-The rule: a renewal sent at local time `t` that etcd answers with TTL `T`
-keeps the lease alive on etcd's side until at least `t + T` (etcd starts the
-new TTL when the renewal arrives, which is after `t`; it revokes expired
-leases on a 500 ms tick, later still; a new etcd leader extends every lease).
-So `deadline = t + T` of the last answered renewal is a time before which no
-other node can hold our claims, and `alive()` - a plain clock comparison,
-with a small `margin` for the time between the check and the socket write -
-is what the broker asks right before it sends a confirm.  The timer that
-fires `on_lost` at the deadline tells the owner as soon as the loop runs;
-`alive()` is the check that holds even when the process was stopped (SIGSTOP)
-past its deadline and the loop has not yet run that timer: time.monotonic()
-keeps counting while the process is stopped.
+Two things are known of a lease, and they are kept apart:
 
-Renewals go every TTL/3 (as etcd's own client does) and, when one fails,
-again every 200 ms through the client's failover until the deadline.  A
-renewal answered with TTL 0 means etcd already dropped the lease (it expired,
-or a follower revoked it): lost at once.  A lost session stays lost; the
-owner starts a new one.
+- Its *deadline*, by this node's clock: a renewal sent at local time `t`
+  that etcd answers with TTL `T` keeps the lease alive in etcd until at
+  least `t + T` (etcd starts the new TTL when the renewal arrives, after
+  `t`; it revokes expired leases on a 500 ms tick, later still; a new etcd
+  leader extends every lease).  Before the deadline no other node can hold
+  this node's claims: `alive()`, a plain clock comparison with a small
+  `margin`, is the check a leader makes right before it confirms.  It holds
+  even when the process was stopped (SIGSTOP) past its deadline:
+  time.monotonic() keeps counting while the process is stopped.
+- Whether it still *exists*: only etcd can say it does not (a renewal
+  answered with TTL 0).  Past its deadline without an answer a lease is in
+  doubt, not lost: etcd may have been without a raft leader for a while (an
+  election, a partition healing, an isolated member coming back with a
+  higher term), and then the lease still stands and the next renewal says
+  so.  `lost` is set, and `on_lost` callbacks called, only when etcd says
+  the lease is gone or the session is closed.
+
+Renewals go every `interval` (a sixth of the TTL, at most a second: an
+etcd leader change that takes a few seconds then still leaves time for
+one to get through before the deadline) and, while they fail, every 200 ms
+through the client's failover, for as long as the session is open.
+`on_renewed(sent, ttl)` is told of each answered one.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Self
 
 from .etcd import EtcdClient, EtcdError
 
-__all__ = ["DEFAULT_TTL", "Session"]
+__all__ = ["DEFAULT_TTL", "Session", "renew_interval"]
 
 log = logging.getLogger("amqp_server.cluster")
 
@@ -49,13 +52,19 @@ RETRY_INTERVAL = 0.2
 CLOSED = "the session was closed"
 
 
+def renew_interval(ttl: float) -> float:
+    return min(1.0, ttl / 6)
+
+
 class Session:
     """`await start()` grants the lease and starts renewing it; `alive()`
-    says whether it can still be trusted; `lost` is set and every `on_lost`
-    callback called (with a one-line reason) the moment it cannot."""
+    says whether it is beyond doubt now; `lost` is set, and every `on_lost`
+    callback called with a one-line reason, once etcd says it is gone (or
+    it is closed)."""
 
     def __init__(self, client: EtcdClient, ttl: int = DEFAULT_TTL, *,
-                 margin: float | None = None) -> None:
+                 margin: float | None = None,
+                 on_renewed: Callable[[float, int], None] | None = None) -> None:
         self.client = client
         self.requested_ttl = ttl
         self.ttl = 0               # as granted, once started
@@ -63,12 +72,12 @@ class Session:
         self.margin = margin
         self.lost = asyncio.Event()
         self.reason: str | None = None
+        self.sent = 0.0            # when the grant was sent
+        self.on_renewed = on_renewed
         self._deadline = 0.0
         self._callbacks: list[Callable[[str], None]] = []
         self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._problem = ""
-        self._renewed = 0.0
+        self.problem = ""          # why the last renewal failed, if it did
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -86,15 +95,14 @@ class Session:
             self._callbacks.append(callback)
 
     async def start(self) -> None:
-        sent = time.monotonic()
+        sent = self.sent = time.monotonic()
         self.lease, self.ttl = await self.client.grant(self.requested_ttl)
         if self.ttl != self.requested_ttl:
             log.info("etcd granted a lease TTL of %d s instead of %d s (its minimum for "
                      "its election timeout)", self.ttl, self.requested_ttl)
         if self.margin is None:
             self.margin = self.ttl / 20
-        self._renewed = sent
-        self._extend(sent + self.ttl)
+        self._deadline = sent + self.ttl
         self._task = asyncio.get_running_loop().create_task(self._keep_alive())
 
     @property
@@ -114,57 +122,34 @@ class Session:
             try:
                 await self.client.revoke(lease, timeout=min(self.client.timeout, 2.0))
             except EtcdError as exc:
-                log.warning("could not revoke lease %x on close: %s", lease, exc)
-
-    def _extend(self, deadline: float) -> None:
-        if deadline <= self._deadline:
-            return
-        self._deadline = deadline
-        if self._timer is not None:
-            self._timer.cancel()
-        delay = max(0.0, deadline - (self.margin or 0) - time.monotonic())
-        self._timer = asyncio.get_running_loop().call_later(delay, self._expire)
-
-    def _expire(self) -> None:
-        if self.reason is not None:
-            return
-        left = self._deadline - (self.margin or 0) - time.monotonic()
-        if left > 0:  # the loop may run a timer a little early
-            self._timer = asyncio.get_running_loop().call_later(left, self._expire)
-            return
-        problem = f"; {self._problem}" if self._problem else ""
-        self._lose(f"lease {self.lease:x} could not be renewed before it ran out (last renewed "
-                   f"{time.monotonic() - self._renewed:.1f} s ago{problem})")
+                log.info("could not revoke lease %x on close: %s", lease, exc)
 
     async def _keep_alive(self) -> None:
-        wait = self.ttl / 3
+        interval = renew_interval(self.ttl)
+        wait = interval
         while self.reason is None:
             await asyncio.sleep(wait)
             sent = time.monotonic()
-            left = self._deadline - (self.margin or 0) - sent
-            if left <= 0:
-                self._expire()
-                return
             try:
-                ttl = await self.client.keepalive(self.lease, timeout=left)
+                ttl = await self.client.keepalive(self.lease, timeout=max(interval, 1.0))
             except EtcdError as exc:
-                self._problem = str(exc)
+                self.problem = str(exc)
                 wait = RETRY_INTERVAL
                 continue
             if ttl <= 0:
-                self._lose(f"lease {self.lease:x} expired or was revoked in etcd")
+                self._lose(f"lease {self.lease:x} expired or was revoked in etcd"
+                           + (f" (renewals had failed: {self.problem})" if self.problem else ""))
                 return
-            self._problem = ""
-            self._renewed = sent
-            self._extend(sent + ttl)
-            wait = ttl / 3
+            self.problem = ""
+            self._deadline = max(self._deadline, sent + ttl)
+            if self.on_renewed is not None:
+                self.on_renewed(sent, ttl)
+            wait = max(0.0, interval - (time.monotonic() - sent))
 
     def _lose(self, reason: str) -> None:
         if self.reason is not None:
             return
         self.reason = reason
-        if self._timer is not None:
-            self._timer.cancel()
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
         self.lost.set()

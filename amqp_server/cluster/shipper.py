@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from . import frames as f
+from . import frames as f, in_sync as rules
 
 log = logging.getLogger("amqp_server.cluster")
 
@@ -143,6 +143,15 @@ class Shipper:
         # What each follower has on disk of this stream, kept when its
         # connection drops: it is still on its disk (-1: nothing yet).
         self.acked: dict[str, int] = {}
+        # When each follower was last connected (this term's start for one
+        # not connected yet): its absence counts from there.
+        started = time.monotonic()
+        self._seen: dict[str, float] = dict.fromkeys(self.in_sync, started)
+        # When `replicated` last moved (the stall's start once frames are gone).
+        self._moved_at = started
+        # Told after each in-sync check (the node's control plane reads
+        # whether confirms stall).
+        self.on_check: Callable[[], object] = lambda: None
         # (lsn, when shipped, encoded frame, bytes shipped up to and with it)
         self._backlog: deque[tuple[int, float, bytes, int]] = deque()
         self._backlog_bytes = 0
@@ -242,15 +251,23 @@ class Shipper:
 
     # ---- the frontier ----------------------------------------------------
 
+    def poke(self) -> None:
+        """The lease is beyond doubt again: confirm what waited meanwhile."""
+        self._advance()
+
     def _advance(self) -> None:
         if self.stopped:
             return
-        frontier = self._frontier()
+        frontier = rules.frontier(self.lsn, self.in_sync, self.acked, self.min_in_sync)
         outstanding = self._bytes_after(self.replicated)
-        self._hold(frontier is None or outstanding > HOLD_BYTES)
-        if frontier is None or frontier <= self.replicated or not self.alive():
+        alive = self.alive()
+        # Publishers are held while nothing can be confirmed (the set is too
+        # small, the lease is in doubt) or too much waits for the followers.
+        self._hold(frontier is None or not alive or outstanding > HOLD_BYTES)
+        if frontier is None or frontier <= self.replicated or not alive:
             return
         self.replicated = frontier
+        self._moved_at = time.monotonic()
         for owner in self._watchers:
             owner.replication_progress()
         waiting = self._waiting
@@ -259,14 +276,10 @@ class Shipper:
             if not future.done():
                 future.set_result(None)
 
-    def _frontier(self) -> int | None:
-        """The LSN on every in-sync copy, or None while the set is too small."""
-        if 1 + len(self.in_sync) < self.min_in_sync:
-            return None
-        frontier = self.lsn
-        for name in self.in_sync:
-            frontier = min(frontier, self.acked.get(name, -1))
-        return frontier
+    def stalled_since(self) -> float | None:
+        """Since when confirms have waited for the in-sync copies (None: they
+        do not wait)."""
+        return rules.stalled_since(self.replicated, self.lsn, self._shipped_at, self._moved_at)
 
     def _hold(self, held: bool) -> None:
         if held != self.held:
@@ -312,57 +325,61 @@ class Shipper:
         self._advance()  # held from the start while the in-sync set is too small
 
     async def _check_forever(self) -> None:
+        failing = ""
         while not self.stopped:
             await asyncio.sleep(min(0.1, self.lag_timeout / 4))
             try:
                 await self.check()
-            except Exception:  # noqa: BLE001 - the checker must outlive any one failure
-                log.exception("in-sync check failed")
+            except Exception as exc:  # noqa: BLE001 - the checker must outlive any one failure
+                # etcd unreachable, the set changed meanwhile: said once, tried again.
+                if str(exc) != failing:
+                    log.warning("cannot change the in-sync set now: %s", exc)
+                failing = str(exc)
+            else:
+                failing = ""
+
+    def followers(self) -> dict[str, rules.Follower]:
+        """Every follower of this term as the in-sync rules see it."""
+        views = {}
+        for name in {*self.in_sync, *self.links, *self.acked}:
+            link = self.links.get(name)
+            views[name] = rules.Follower(
+                acked=self.acked.get(name, -1),
+                streaming=link is not None and link.state == Link.STREAMING,
+                linked=link is not None, seen=self._seen.get(name, 0.0))
+        return views
 
     def lagging(self, now: float | None = None) -> list[str]:
-        """In-sync followers whose oldest unacknowledged frame, or whose
-        absence, is older than the lag timeout."""
+        """In-sync followers behind by more than the lag timeout, or not
+        connected for that long."""
         now = time.monotonic() if now is None else now
-        late = []
-        for name in self.in_sync:
-            acked = self.acked.get(name, -1)
-            if acked >= self.lsn:
-                continue  # nothing waits for it (an idle leader has lsn 0)
-            since = self._shipped_at(max(acked, self.base[1]) + 1)
-            if since is None:  # its frames are no longer kept: far behind
-                since = now - self.lag_timeout - 1
-            if now - since > self.lag_timeout:
-                late.append(name)
-        return late
+        return rules.lagging(now, self.lsn, self.base[1], self.in_sync, self.followers(),
+                             self._shipped_at, self.lag_timeout)
 
     def caught_up(self) -> list[str]:
-        return [name for name, link in self.links.items()
-                if name not in self.in_sync and link.state == Link.STREAMING
-                and link.acked >= self.lsn]
+        return rules.caught_up(self.lsn, self.in_sync, self.followers())
 
     async def check(self) -> None:
         """Count lagging followers out and caught-up ones in, through etcd."""
         if self._isr_changing or self._write_isr is None or self.stopped:
             return
-        late = self.lagging()
-        room = 1 + len(self.in_sync) - self.min_in_sync
-        out = sorted(late)[:max(0, room)]
-        joining = self.caught_up()
-        if not out and not joining:
-            return
-        wanted = (self.in_sync - set(out)) | set(joining)
-        self._isr_changing = True
-        try:
-            await self._write_isr(tuple(sorted({self.node, *wanted})))
-        finally:
-            self._isr_changing = False
-        if out:
-            log.warning("followers %s left the in-sync set (behind by more than %.1f s)",
-                        ", ".join(out), self.lag_timeout)
-        if joining:
-            log.info("followers %s joined the in-sync set", ", ".join(joining))
-        self.in_sync = wanted
-        self._advance()
+        out, joining = rules.change(self.in_sync, self.lagging(), self.caught_up(),
+                                    self.min_in_sync)
+        if out or joining:
+            wanted = (self.in_sync - set(out)) | set(joining)
+            self._isr_changing = True
+            try:
+                await self._write_isr(tuple(sorted({self.node, *wanted})))
+            finally:
+                self._isr_changing = False
+            if out:
+                log.warning("followers %s left the in-sync set (behind or away for more "
+                            "than %.1f s)", ", ".join(out), self.lag_timeout)
+            if joining:
+                log.info("followers %s joined the in-sync set", ", ".join(joining))
+            self.in_sync = wanted
+            self._advance()
+        self.on_check()
 
     # ---- followers ---------------------------------------------------------
 
@@ -374,6 +391,7 @@ class Shipper:
             self._forget(old)
         link = Link(node, writer)
         self.links[node] = link
+        self._seen[node] = time.monotonic()
         self.on_follower(node)
         try:
             hello = await frames.next()
@@ -394,7 +412,7 @@ class Shipper:
                 if link.unread() > FOLLOWER_LIMIT:
                     raise f.FrameError("not reading what it is sent")
         except (f.FrameError, OSError, asyncio.IncompleteReadError) as exc:
-            log.warning("follower %s: %s", node, exc)
+            log.info("replication link to follower %s ended: %s", node, exc)
         finally:
             self._forget(link)
 
@@ -469,6 +487,7 @@ class Shipper:
     def _forget(self, link: Link) -> None:
         if self.links.get(link.node) is link:
             del self.links[link.node]
+            self._seen[link.node] = time.monotonic()
         link.close()
 
     def stop(self) -> None:
