@@ -74,7 +74,7 @@ from .effects import (
 )
 from .limits import ACCEPT, REJECT_DLX, Limits
 from .ordering import ready_for
-from .outcome import REFUSED, TAKEN
+from .outcome import REFUSED, TAKEN, Offer
 from .paging import Pager
 from .redelivery import Redelivery
 from .selection import Selection
@@ -264,7 +264,7 @@ class Queue:
 
     # ---- taking messages in --------------------------------------------------
 
-    def enqueue(self, message: Message) -> str:
+    def enqueue(self, message: Message) -> Offer:
         """Take a routed message; returns TAKEN or REFUSED (overflow)."""
         if self.plain and message.ttl is None and message.scheduled is None:
             # The hot path: `_enqueue_checked` with no rule to check, and
@@ -292,7 +292,7 @@ class Queue:
             return TAKEN
         return self._enqueue_checked(message)
 
-    def _enqueue_checked(self, message: Message) -> str:
+    def _enqueue_checked(self, message: Message) -> Offer:
         """`enqueue` under the rules: length limits, TTL, drop-head."""
         limits = self.limits
         if limits.has_length_limit:

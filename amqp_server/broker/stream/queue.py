@@ -43,6 +43,7 @@ from ...wire.properties import Layout, decode_properties, encode_properties, loc
 from ...wire.table import FieldTable, typed_value
 from ..message import HEADER_PREFIX, Entry, Message
 from ..queue import REFUSED, TAKEN, Queue
+from ..queue.outcome import Offer
 
 log = logging.getLogger("amqp_server.stream")
 
@@ -272,7 +273,7 @@ class StreamQueue(Queue):
 
     # ---- taking messages in ------------------------------------------------------------
 
-    def enqueue(self, message: Message) -> str:
+    def enqueue(self, message: Message) -> Offer:
         stream = self.log
         if stream is None:
             # A broker without a data directory has nowhere to keep it: a
