@@ -36,7 +36,7 @@ on the request:
   by itself, and resign only deletes the key at its own create revision),
   so they are tried on the next member after a timeout or a dropped
   connection too;
-- put, deleterange, txn are not repeated once they may have
+- put, deleterange and txn are not repeated once they may have
   reached etcd: the first attempt may still be applied later (a member that
   was slow, not dead, can commit it after the retry) and reorder with what
   the caller does next, or a txn retried after it was applied sees its own
