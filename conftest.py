@@ -8,13 +8,18 @@ here, so that `-m "not cluster"` and the like select by what a test needs.
 Under `--dist loadgroup` the tests of a kind that shares one thing run one
 after another on one worker, while the other workers take the rest:
 differential tests share the reference RabbitMQ (a policy, a user or the
-consumer timeout set there for one test is the whole broker's), Spark tests
-one SparkSession and its JVM, cluster tests the cores their etcd members and
-broker nodes need to keep their leases (two clusters at once on two cores
-starve each other's heartbeats).
+consumer timeout set there for one test is the whole broker's), a module's
+Spark tests its worker's SparkSession and what the module builds for them
+(two modules may run at once, each on its own worker and session), cluster
+tests the cores their etcd members and broker nodes need to keep their
+leases (two clusters at once on two cores starve each other's heartbeats),
+slow tests what they build once for a module (the wheel and the venv it is
+installed into).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -30,8 +35,11 @@ KIND_OF_FIXTURE = {
     "cluster": "cluster",
 }
 
-# The kinds whose tests run one at a time, each kind on one worker.
-SERIAL_KINDS = ("differential", "spark", "cluster")
+# The kinds whose tests run one at a time, each kind (Spark: each module) on
+# one worker, in the order a parallel run starts them: the longest chains
+# first (the Spark modules, then the clusters, then the differential
+# tests), so that none of them is the run's tail.
+SERIAL_KINDS = ("spark", "cluster", "differential", "slow")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -44,4 +52,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         serial = [kind for kind in SERIAL_KINDS if item.get_closest_marker(kind) is not None]
         if serial and item.get_closest_marker("xdist_group") is None:
             # A test of two such kinds joins the first one's group.
-            item.add_marker(pytest.mark.xdist_group(serial[0]))
+            group = serial[0] if serial[0] != "spark" else f"spark:{item.path.stem}"
+            item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist hands out the work in the order its workers collected it
+        # (--no-loadscope-reorder): the groups first, longest first.
+        items.sort(key=_start_order)
+
+
+def _start_order(item: pytest.Item) -> int:
+    group = item.get_closest_marker("xdist_group")
+    name = group.args[0].split(":")[0] if group is not None and group.args else None
+    return SERIAL_KINDS.index(name) if name in SERIAL_KINDS else len(SERIAL_KINDS)

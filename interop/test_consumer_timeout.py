@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import uuid
 
 import pika
 import pytest
@@ -49,10 +50,12 @@ def short_timeout_broker():
         yield running
 
 
-def timed_out(url: str, queue: str = "ct.q", get: bool = False) -> dict:
+def timed_out(url: str, get: bool = False) -> dict:
     """Three messages delivered, the first acknowledged, the others held
     past the timeout: what closes the channel, and what is in the queue
-    after."""
+    after.  The queue's name is this call's own: the reference RabbitMQ is
+    shared with whatever else runs against it."""
+    queue = f"ct.q.{uuid.uuid4().hex[:8]}"
     conn = pika.BlockingConnection(pika.URLParameters(url))
     setup = conn.channel()
     setup.queue_delete(queue)

@@ -147,3 +147,34 @@ def test_amqpctl_modules_use_no_private_names_of_each_other_and_none_imports_mai
             wrong += [f"{path.name}:{node.lineno} imports {alias.name}"
                       for alias in node.names if alias.name.startswith("_")]
     assert wrong == []
+
+
+def _runtime_imports(package: list[str], path: Path):
+    """The modules `path` imports when it runs (lazy imports in functions
+    too), leaving out those under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {node.lineno for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                   for statement in block.body for node in ast.walk(statement)
+                   if isinstance(node, ast.Import | ast.ImportFrom)}
+    for name, line in _imports(package, path):
+        if line not in typing_only:
+            yield name
+
+
+def test_no_two_modules_import_each_other():
+    """Two modules that import each other (one of them lazily, inside a
+    function) are one module in two files: storage/archive.py and
+    archive_parquet.py were."""
+    modules = {module: package for module, package, _ in _modules()}
+    imports = {}
+    for module, package, path in _modules():
+        names = set()
+        for name in _runtime_imports(package, path):
+            while name and name not in modules and f"{name}.__init__" not in modules:
+                name = name.rpartition(".")[0]  # `from module import name`
+            names.add(name)
+        imports[module] = names - {"", module}
+    mutual = sorted({tuple(sorted((a, b))) for a, names in imports.items() for b in names
+                     if a in imports.get(b, ())})
+    assert mutual == []

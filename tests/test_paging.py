@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from amqp_server.broker.queue import REFUSED
 from amqp_server.storage.paging import PageFile
 from amqp_server.wire.table import FieldTable
 from dlx.redelivery import NACKED, REJECTED
@@ -142,7 +143,7 @@ def test_reject_publish_counts_paged_messages(tmp_path):
     queue = broker.vhosts["/"].declare_queue("q", None, durable=True, arguments=FieldTable({
         "x-max-length": 25, "x-overflow": "reject-publish"}))
     verdicts = [queue.enqueue(persistent("q", body)) for body in names("m", 30)]
-    assert verdicts.count("rejected") == 5
+    assert verdicts.count(REFUSED) == 5
     assert drain(queue) == names("m", 25)
 
 

@@ -14,7 +14,7 @@ from pamqp import commands as spec
 from amqp_server.broker.broker import Broker
 from amqp_server.broker.message import Message
 from amqp_server.broker.permissions import Permission
-from amqp_server.broker.publishing import ACCEPTED, UNROUTED, Routed
+from amqp_server.broker.publishing import ENQUEUED, UNROUTED, Routed
 from amqp_server.broker.users import User
 from amqp_server.config import BrokerConfig
 from amqp_server.errors import AMQPError
@@ -53,7 +53,7 @@ def counted(broker) -> dict:
 def test_a_publish_every_queue_takes_is_accepted():
     broker = Broker(BrokerConfig())
     declare(broker, "q")
-    assert broker.vhosts["/"].publish(message("q"), grant(broker)) is ACCEPTED
+    assert broker.vhosts["/"].publish(message("q"), grant(broker)) is ENQUEUED
 
 
 def test_a_publish_no_queue_is_routed_to_is_unrouted():
@@ -116,7 +116,7 @@ def test_a_republished_message_keeps_a_user_id_naming_another_user():
     queue = declare(broker, "q")
     held = message("q", user_id="alice")
     outcome = broker.vhosts["/"].republish(held, grant(broker), ("q",))
-    assert outcome is ACCEPTED and queue.ready[0].message.properties.user_id == "alice"
+    assert outcome is ENQUEUED and queue.ready[0].message.properties.user_id == "alice"
 
 
 def test_a_republished_message_routes_by_the_keys_given_not_its_cc():

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from amqp_server.broker.queue import REFUSED
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.errors import AMQPError
 from amqp_server.wire.table import FieldTable
@@ -131,7 +132,7 @@ def test_at_least_once_holds_until_a_target_exists(vhost, clock):
     assert [(m.body, reason) for m, reason in q.redelivery.held] == [(b"held", "rejected")]
     # Held dead letters count toward the limit, as in rabbit_fifo.
     publish(vhost, message("qq", b"one"))
-    assert publish(vhost, message("qq", b"two")) == ["rejected"]
+    assert publish(vhost, message("qq", b"two")) == [REFUSED]
     vhost.declare_exchange("later", "fanout")
     target = vhost.declare_queue("target", None)
     vhost.bind("later", target, "", None)

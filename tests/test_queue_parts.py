@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from amqp_server.broker.message import Entry
-from amqp_server.broker.queue import Queue
+from amqp_server.broker.queue import REFUSED, TAKEN, Queue
 from amqp_server.broker.queue.effects import (
     EXPIRES,
     REDELIVERY,
@@ -295,7 +295,7 @@ def test_reject_publish_dlx_refuses_and_dead_letters_the_publish():
     queue = queue_of(x_max_length=0, x_overflow="reject-publish-dlx")
     effects = recording(queue)
     refused = message("q", b"refused")
-    assert queue.enqueue(refused) == "rejected"
+    assert queue.enqueue(refused) is REFUSED
     assert effects == [DeadLetter([refused], "maxlen")]
     assert queue.stats["rejected_publishes"] == 1 and queue.published == 0
 
@@ -477,10 +477,10 @@ def play(ops, fast, fast_store, general, general_store) -> None:
             count = 1 if op[0] == "publish" else op[2]
             messages = [make("q", b"x" * size) for _ in range(count)]
             if op[0] == "publish":
-                assert fast.enqueue(messages[0]) == "accepted"
+                assert fast.enqueue(messages[0]) is TAKEN
             else:
                 fast.enqueue_run(messages)
             for one in messages:
-                assert general._enqueue_checked(one) == "accepted"
+                assert general._enqueue_checked(one) is TAKEN
         assert (state(fast, fast_store, fast_consumers)
                 == state(general, general_store, general_consumers))

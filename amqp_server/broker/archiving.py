@@ -33,7 +33,8 @@ from pathlib import Path
 
 from dlx.retention import due
 
-from ..storage.archive import CONTENT_HEADER, RECORD_FIELDS, ArchiveFiles
+from ..storage.archive import ArchiveFiles
+from ..storage.archive_record import CONTENT_HEADER, RECORD_FIELDS
 from ..storage.dead_letter_lines import event_fields
 from .dead_letter_events import archive_head
 from .queue.census import history_of

@@ -44,7 +44,7 @@ from .message import (
     Message,
 )
 from .permissions import WRITE
-from .queue import REJECTED
+from .queue import REFUSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class Outcome:
 
 
 UNROUTED = Outcome(False, False)
-ACCEPTED = Outcome(True, True)
+ENQUEUED = Outcome(True, True)  # routed, and every queue routed to took it
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +138,12 @@ def enqueue(queues, message: Message) -> Outcome:
         return UNROUTED
     refused = None
     for queue in queues:
-        if queue.enqueue(message) is REJECTED:
+        if queue.enqueue(message) is REFUSED:
             if refused is None:
                 refused = []
             refused.append(queue)
     if refused is None:
-        return ACCEPTED
+        return ENQUEUED
     return Outcome(True, len(refused) < len(queues), tuple(refused))
 
 
@@ -234,7 +234,7 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
                 vhost.replies.deliver(message)
         if all(queue.plain for queue in queues):
             # The fast path: plain queues never refuse, nothing differs.
-            outcome = ACCEPTED if queues else UNROUTED
+            outcome = ENQUEUED if queues else UNROUTED
             counters.publishes(len(messages), bool(queues), mandatory, confirm)
             for queue in queues:
                 queue.enqueue_run(messages, layouts)

@@ -4,7 +4,7 @@ Why the gateway through aiohttp rather than a gRPC client: aiohttp is
 already the broker's dependency (the management API), the gateway is part of
 every etcd 3.4 server (Debian's `etcd-server` included), and the few calls
 clustering needs (kv range/put/deleterange/txn, lease grant/revoke/keepalive/
-timetolive, watch, the election service) are plain JSON.  The maintained
+timetolive, watch, the election service's leader and resign) are plain JSON.  The maintained
 asyncio client (aetcd) is built on grpcio, a large compiled dependency for
 nothing the gateway lacks; and the care this module takes - failover across
 members, which requests may be sent twice, members that are stopped rather
@@ -31,12 +31,12 @@ on the request:
   made, or the member said "no leader" before proposing anything) is always
   tried on the next member;
 - a read, a lease keepalive/grant/revoke/timetolive and the election's
-  campaign/resign/leader are safe to repeat (a read changes nothing; keepalive
-  and revoke are idempotent; a second grant leaves an unused lease that
-  expires by itself; campaign with the same lease resumes the same key, and
-  resign only deletes the key at its own create revision), so they are tried
-  on the next member after a timeout or a dropped connection too;
-- put, deleterange, txn and proclaim are not repeated once they may have
+  resign/leader are safe to repeat (a read changes nothing; keepalive and
+  revoke are idempotent; a second grant leaves an unused lease that expires
+  by itself, and resign only deletes the key at its own create revision),
+  so they are tried on the next member after a timeout or a dropped
+  connection too;
+- put, deleterange and txn are not repeated once they may have
   reached etcd: the first attempt may still be applied later (a member that
   was slow, not dead, can commit it after the retry) and reorder with what
   the caller does next, or a txn retried after it was applied sees its own
@@ -413,11 +413,10 @@ class EtcdClient:
             yield messages
 
     async def _call(self, path: str, body: dict[str, Any], what: str, *, repeatable: bool,
-                    timeout: float | None = None, patient: bool = False) -> dict[str, Any]:
+                    timeout: float | None = None) -> dict[str, Any]:
         """POST `body` to `path` on the first member that answers.  `what`
         names the request in errors; `repeatable`: whether it may be sent
-        again after it may have reached etcd; `patient`: a request that waits
-        by design (a campaign) gets all the time left on each member.
+        again after it may have reached etcd.
 
         The members are tried in turn, round after round, until one answers
         or the time is up; a round in which no member could even be
@@ -445,8 +444,7 @@ class EtcdClient:
             index = (first + attempt) % count
             endpoint = self.endpoints[index]
             attempt += 1
-            quick = repeatable and not patient
-            seconds = min(remaining, self.attempt_timeout) if quick else remaining
+            seconds = min(remaining, self.attempt_timeout) if repeatable else remaining
             try:
                 status, data = await self._post(endpoint, path, body, seconds,
                                                 fresh=not repeatable)
@@ -640,19 +638,6 @@ class EtcdClient:
 
     # ---- election service (v3electionpb through the gateway) --------------
 
-    async def election_campaign(self, name: str, lease: int, value: str | bytes, *,
-                                timeout: float) -> LeaderKey:
-        """Wait until the lease's key under `name` is the oldest, i.e. leads.
-        A campaign cut short (timeout, cancel) withdraws the key: the gateway
-        resigns when the request goes away."""
-        data = await self._call("/v3/election/campaign",
-                                {"name": _b64(name), "lease": str(lease), "value": _b64(value)},
-                                "an election campaign", repeatable=True, timeout=timeout,
-                                patient=True)
-        leader = data["leader"]
-        return LeaderKey(_key(leader["name"]), _key(leader["key"]), int(leader["rev"]),
-                         int(leader["lease"]))
-
     async def election_leader(self, name: str, *, timeout: float | None = None
                               ) -> KeyValue | None:
         """The key of the election's leader, None when nobody leads."""
@@ -670,30 +655,6 @@ class EtcdClient:
         await self._call("/v3/election/resign", {"leader": leader._body()},
                          "an election resign", repeatable=True, timeout=timeout)
 
-    async def election_proclaim(self, leader: LeaderKey, value: str | bytes, *,
-                                timeout: float | None = None) -> None:
-        """Change the leader's value, if `leader` still leads."""
-        await self._call("/v3/election/proclaim", {"leader": leader._body(), "value": _b64(value)},
-                         "an election proclaim", repeatable=False, timeout=timeout)
-
-    async def election_observe(self, name: str) -> AsyncIterator[KeyValue]:
-        """The leader's key each time a new leader is elected or proclaims.
-        Not re-opened on another member when the stream breaks (that raises
-        `EtcdError`); it never tells that nobody leads."""
-        index, endpoint = self._current, self.endpoint
-        try:
-            async with self._stream(endpoint, "/v3/election/observe",
-                                    {"name": _b64(name)}) as messages:
-                async for message in messages:
-                    if "error" in message:
-                        error = message["error"]
-                        text = error.get("message") if isinstance(error, dict) else str(error)
-                        raise EtcdError(f"etcd at {endpoint} ended the observation: {text}")
-                    yield KeyValue._from(message["result"]["kv"])
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            self._moved_past(index)
-            raise EtcdError(f"etcd at {endpoint} is not reachable: "
-                            f"{_reason(exc, self.attempt_timeout)}", unreachable=True) from None
 
 
 async def _messages(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:

@@ -33,17 +33,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from dlx.events import FIELD_NAMES
-
 from .files import fsync_dir
 
 ARCHIVE_DIR = "dead-letter-archive"
 SUFFIX = ".parquet"
 PREFIX = "archive-"
 LEDGER = "redriven.ndjson"
-# The AMQP content header as stored: the one field beyond the log's.
-CONTENT_HEADER = "content_header"
-RECORD_FIELDS = (*FIELD_NAMES, CONTENT_HEADER)
 
 
 class ArchiveFiles:
@@ -64,7 +59,7 @@ class ArchiveFiles:
             leftover.unlink(missing_ok=True)
 
     def write(self, node: str, columns: dict[str, list], now: float) -> Path:
-        """One batch of records, given as columns (RECORD_FIELDS' names ->
+        """One batch of records, given as columns (archive_record.RECORD_FIELDS' names ->
         a value per record; a column not given is null), as one new file,
         durable when this returns."""
         from . import archive_parquet

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from dlx.events import DEATH_FIELDS, FIELDS
 
-from .archive import CONTENT_HEADER
+from .archive_record import CONTENT_HEADER
 
 log = logging.getLogger("amqp_server.archive")
 

@@ -7,6 +7,6 @@ workbench's withdrawals).  `core.Queue` composes them; its decisions come
 back as `effects`, which it carries out once decided."""
 
 from .core import Queue
-from .outcome import ACCEPTED, REJECTED
+from .outcome import REFUSED, TAKEN
 
-__all__ = ["ACCEPTED", "REJECTED", "Queue"]
+__all__ = ["REFUSED", "TAKEN", "Queue"]

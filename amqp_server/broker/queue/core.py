@@ -29,7 +29,7 @@ why.
 The commands (what channels, the virtual host, the broker and the
 workbench call):
 
-    enqueue(message) -> ACCEPTED | REJECTED    a routed message
+    enqueue(message) -> TAKEN | REFUSED        a routed message
     enqueue_run(messages, layouts)   a run into a plain queue (never refused)
     dispatch()                       hand ready messages to consumers with room
     take_one() -> Entry | None       basic.get
@@ -77,7 +77,7 @@ from .effects import (
 )
 from .limits import ACCEPT, REJECT_DLX, Limits
 from .ordering import ready_for
-from .outcome import ACCEPTED, REJECTED
+from .outcome import REFUSED, TAKEN, Offer
 from .paging import Pager
 from .redelivery import Redelivery
 from .selection import Selection
@@ -277,8 +277,8 @@ class Queue:
 
     # ---- taking messages in --------------------------------------------------
 
-    def enqueue(self, message: Message) -> str:
-        """Take a routed message; returns ACCEPTED or REJECTED (overflow)."""
+    def enqueue(self, message: Message) -> Offer:
+        """Take a routed message; returns TAKEN or REFUSED (overflow)."""
         if self.plain and message.ttl is None and message.scheduled is None:
             # The hot path: `_enqueue_checked` with no rule to check, and
             # its Deliver carried out inline (test_queue_parts.py checks
@@ -298,14 +298,14 @@ class Queue:
                     if entry.segment is not None:
                         self.store.delivered(self.vhost, self.name, entry)
                     consumer.take(self, entry)
-                    return ACCEPTED
+                    return TAKEN
             # Messages already waiting mean no consumer has room: whatever
             # frees room (ack, qos, flow, a flushed socket) dispatches.
             self._append(entry, len(message.body))
-            return ACCEPTED
+            return TAKEN
         return self._enqueue_checked(message)
 
-    def _enqueue_checked(self, message: Message) -> str:
+    def _enqueue_checked(self, message: Message) -> Offer:
         """`enqueue` under the rules: length limits, TTL, drop-head."""
         limits = self.limits
         if limits.has_length_limit:
@@ -315,7 +315,7 @@ class Queue:
                 self.stats["rejected_publishes"] += 1
                 if verdict == REJECT_DLX:
                     self.carry_out((DeadLetter([message], MAXLEN),))
-                return REJECTED
+                return REFUSED
         now = self.clock()
         entry = Entry(self.next_seq, message)
         entry.deadline = limits.deadline(message, now)
@@ -327,7 +327,7 @@ class Queue:
         self.published += 1
         if message.scheduled is not None and message.scheduled > now:
             self._schedule(entry, message.scheduled)
-            return ACCEPTED
+            return TAKEN
         effects = []
         consumer = None
         if self.consumers and not self.ready:
@@ -346,7 +346,7 @@ class Queue:
             self.carry_out(effects)
         if self.ready and self.ready[0].deadline is not None:
             self.expire(now)
-        return ACCEPTED
+        return TAKEN
 
     def _schedule(self, entry: Entry, due: float) -> None:
         """Artemis's scheduled delivery: held until `due` (its time stored

@@ -42,7 +42,8 @@ from ...wire.frames import deliver_spliced, shortstr
 from ...wire.properties import Layout, decode_properties, encode_properties, locate
 from ...wire.table import FieldTable, typed_value
 from ..message import HEADER_PREFIX, Entry, Message
-from ..queue import ACCEPTED, REJECTED, Queue
+from ..queue import REFUSED, TAKEN, Queue
+from ..queue.outcome import Offer
 
 log = logging.getLogger("amqp_server.stream")
 
@@ -272,7 +273,7 @@ class StreamQueue(Queue):
 
     # ---- taking messages in ------------------------------------------------------------
 
-    def enqueue(self, message: Message) -> str:
+    def enqueue(self, message: Message) -> Offer:
         stream = self.log
         if stream is None:
             # A broker without a data directory has nowhere to keep it: a
@@ -281,7 +282,7 @@ class StreamQueue(Queue):
             # storage/message_store.py, and confirms once it is on every
             # in-sync copy.)
             self.stats["rejected_publishes"] += 1
-            return REJECTED
+            return REFUSED
         segments = stream.segments
         count = len(segments)
         value = filter_value(message)
@@ -298,7 +299,7 @@ class StreamQueue(Queue):
                                 message.header, message.body])
         if len(segments) != count:
             self.retain()  # a segment filled
-        return ACCEPTED
+        return TAKEN
 
     def enqueue_run(self, messages: list, layouts: list | None = None) -> None:
         """Messages published back to back (publishing.py, only while the
