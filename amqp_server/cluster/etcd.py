@@ -4,7 +4,7 @@ Why the gateway through aiohttp rather than a gRPC client: aiohttp is
 already the broker's dependency (the management API), the gateway is part of
 every etcd 3.4 server (Debian's `etcd-server` included), and the few calls
 clustering needs (kv range/put/deleterange/txn, lease grant/revoke/keepalive/
-timetolive, watch, the election service's leader and resign) are plain JSON.  The maintained
+watch, the election service's leader and resign) are plain JSON.  The maintained
 asyncio client (aetcd) is built on grpcio, a large compiled dependency for
 nothing the gateway lacks; and the care this module takes - failover across
 members, which requests may be sent twice, members that are stopped rather
@@ -30,7 +30,7 @@ on the request:
 - a request that certainly never reached etcd (the connection could not be
   made, or the member said "no leader" before proposing anything) is always
   tried on the next member;
-- a read, a lease keepalive/grant/revoke/timetolive and the election's
+- a read, a lease keepalive/grant/revoke and the election's
   resign/leader are safe to repeat (a read changes nothing; keepalive and
   revoke are idempotent; a second grant leaves an unused lease that expires
   by itself, and resign only deletes the key at its own create revision),
@@ -551,15 +551,6 @@ class EtcdClient:
         data = await self._call("/v3/lease/keepalive", {"ID": str(lease)}, "a lease keepalive",
                                 repeatable=True, timeout=timeout)
         return int(data.get("result", {}).get("TTL", 0))
-
-    async def time_to_live(self, lease: int, *, timeout: float | None = None
-                           ) -> tuple[int, int, list[str]]:
-        """(remaining TTL, granted TTL, keys); a lease that does not exist
-        has a remaining TTL of -1."""
-        data = await self._call("/v3/lease/timetolive", {"ID": str(lease), "keys": True},
-                                "a lease time-to-live", repeatable=True, timeout=timeout)
-        return (int(data.get("TTL", 0)), int(data.get("grantedTTL", 0)),
-                [_key(k) for k in data.get("keys", [])])
 
     # ---- watch ------------------------------------------------------------
 
