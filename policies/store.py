@@ -22,7 +22,7 @@ class PolicyStore:
         self.operator_policies: dict[tuple[str, str], Policy] = {}
         self._path: Path | None = None
         # A clustered leader ships each saved document to its followers.
-        self.on_saved: Callable[[bytes], None] | None = None
+        self._ship: Callable[[bytes], None] | None = None
 
     def open(self, data_dir: str | Path) -> list[str]:
         """Load what was saved in `data_dir` and persist there from now on.
@@ -75,8 +75,13 @@ class PolicyStore:
                     "operator_policies": [p.as_json() for p in self.operator_policies.values()]}
         encoded = json.dumps(document, indent=1, sort_keys=True).encode()
         write_document(self._path, encoded)
-        if self.on_saved is not None:
-            self.on_saved(encoded)
+        if self._ship is not None:
+            self._ship(encoded)
+
+    def ship_to(self, ship: Callable[[bytes], None] | None) -> None:
+        """From now on each saved document also goes to `ship` (a clustered
+        leader's replication); None: no more."""
+        self._ship = ship
 
     def document(self) -> bytes:
         """The saved document as it stands (a follower's starting copy)."""

@@ -21,6 +21,7 @@ from ..storage.paging import Paging
 from . import boot, resources
 from .access_control import AccessControl, Grant
 from .archiving import Archiver
+from .cluster_view import ClusterView
 from .counters import Counters
 from .dead_letter_watch import DeadLetterWatch
 from .direct_reply import DirectReplies
@@ -65,7 +66,7 @@ class Broker:
     counters: Counters = field(default_factory=Counters)
     # The cluster node this broker leads for (amqp_server/node.py), if any:
     # /api/nodes, the health checks and the metrics read it.
-    cluster: object | None = None
+    cluster: ClusterView | None = None
 
     def __post_init__(self) -> None:
         self.dead_letter_watch = DeadLetterWatch(self.config.alert_thresholds(),

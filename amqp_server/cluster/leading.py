@@ -32,22 +32,22 @@ def attach(broker, shipper: Shipper) -> None:
     what waits for the disk waits for the in-sync copies too."""
     broker.store.ship_to(shipper)
     broker.journal.ship_to(shipper)
-    broker.policies.on_saved = lambda document: shipper.ship([f.POLICIES, 0, document])
+    broker.policies.ship_to(lambda document: shipper.ship([f.POLICIES, 0, document]))
     node = shipper.node
     log_id = broker.dead_letter_log.log_id
-    broker.dead_letter_log.on_batch = lambda batch: shipper.ship(
-        [f.DEAD_LETTERS, 0, node, log_id, [list(event) for event in batch]])
+    broker.dead_letter_log.ship_to(lambda batch: shipper.ship(
+        [f.DEAD_LETTERS, 0, node, log_id, [list(event) for event in batch]]))
     shipper.on_hold = broker.replication_held
     if broker.archiver is not None:
         broker.archiver.replication = ArchiveShipping(shipper, broker.archiver.directory)
 
 
 def detach(broker) -> None:
-    broker.policies.on_saved = None
+    broker.policies.ship_to(None)
     if broker.archiver is not None:
         broker.archiver.replication = None
     if broker.dead_letter_log is not None:
-        broker.dead_letter_log.on_batch = None
+        broker.dead_letter_log.ship_to(None)
 
 
 async def listen(host: str, port: int, secret: bytes, cluster: str, node: str,

@@ -191,10 +191,15 @@ class DeadLetterLog:
         self._files: LogFiles | None = None  # in-process writing, without a loop
         self.recorded = 0
         # A clustered leader ships each batch of events to its followers.
-        self.on_batch: Callable[[list], None] | None = None
+        self._ship: Callable[[list], None] | None = None
 
     def attach(self, loop) -> None:
         self._loop = loop
+
+    def ship_to(self, ship: Callable[[list], None] | None) -> None:
+        """From now on each batch of events also goes to `ship` (a clustered
+        leader's replication); None: no more."""
+        self._ship = ship
 
     def record(self, head: str, header: bytes, body: bytes) -> None:
         self._batch.append((head, header, body, self.recorded))
@@ -210,8 +215,8 @@ class DeadLetterLog:
         if not self._batch:
             return
         batch, self._batch = self._batch, []
-        if self.on_batch is not None:
-            self.on_batch(batch)
+        if self._ship is not None:
+            self._ship(batch)
         if self._loop is None:
             if self._files is None:
                 self._files = LogFiles(*self._files_settings)
