@@ -23,7 +23,7 @@ from policies.registry import ArgumentError, validate_consume_arguments
 
 from ...broker.direct_reply import PSEUDO_QUEUE
 from ...broker.permissions import READ
-from ...broker.queue.dispatch import SingleActive
+from ...broker.queue.dispatch import is_single_active
 from ...broker.stream import check_stream_consume
 from ...broker.vhost import server_generated_name
 from ...errors import (
@@ -96,7 +96,7 @@ class Consuming:
             raise not_implemented(
                 f"{resource_name('queue', queue.name, vhost.name)} does not support "
                 "global qos")
-        if queue.is_quorum and isinstance(queue.consumers, SingleActive):
+        if queue.is_quorum and is_single_active(queue.consumers):
             exclusive = False  # a quorum queue ignores it (rabbit_quorum_queue:consume)
         elif queue.settings.is_stream:
             exclusive = False  # so does a stream (rabbit_stream_queue:consume)
