@@ -149,6 +149,7 @@ class Queue:
 @dataclass
 class Consumer:
     unacked: int = 0
+    timed_out: set = field(default_factory=set)  # tags a 4.3 consumer timeout took back
 
 
 def deliveries_with(tags: int) -> tuple[Deliveries, Queue, Consumer]:
