@@ -9,8 +9,6 @@ settled what timed out (maybe_untimeout/2), and a basic.cancel-ok ends it
 
 from __future__ import annotations
 
-import asyncio
-
 import aio_pika
 import pytest
 from pamqp import commands as spec
@@ -22,9 +20,9 @@ from amqp_server.wire.frames import content_header
 from amqp_server.wire.methods import make
 from amqp_server.wire.properties import Properties, encode_properties
 
-from .management_api import http
+from .management_api import consumers_listed, http, queue_shown
 from .rawclient import RawClient
-from .waiting import wait_for, wait_get_noack
+from .waiting import until, wait_for, wait_get_noack
 
 TIMEOUT_MS = 1000
 QUORUM = {"x-queue-type": "quorum"}
@@ -38,19 +36,11 @@ def broker():
         yield running
 
 
-def shown(broker, name: str) -> dict:
-    return http(broker, "GET", f"/api/queues/%2F/{name}")[1]
-
 
 def queue_state(broker, name: str) -> tuple[int, int]:
-    queue = shown(broker, name)
+    queue = queue_shown(broker, name)
     return queue["messages_ready"], queue["messages_unacknowledged"]
 
-
-def listed(broker, name: str) -> dict:
-    """consumer tag -> (active, activity_status) as the queue lists them."""
-    return {c["consumer_tag"]: (c["active"], c["activity_status"])
-            for c in shown(broker, name)["consumer_details"]}
 
 
 class Holder:
@@ -85,8 +75,8 @@ def test_a_timed_out_consumer_hears_basic_cancel_and_stays_without_deliveries(br
     # Still there: listed as RabbitMQ's channel registered it (no update
     # for a competing consumer), not counted (query_consumer_count/1),
     # still the channel's, still a consumer to queue.declare (query_stat/1).
-    assert listed(broker, "work") == {holder.tag: (True, "up")}
-    assert shown(broker, "work")["consumers"] == 0
+    assert consumers_listed(broker, "work") == {holder.tag: (True, "up")}
+    assert queue_shown(broker, "work")["consumers"] == 0
     channels = {c["number"]: c for c in http(broker, "GET", "/api/channels")[1]}
     assert channels[holder.channel.channel_number]["consumer_count"] == 1
     declared = channel.queue_declare("work", passive=True).method
@@ -274,13 +264,13 @@ def test_a_timed_out_single_active_consumer_steps_aside_for_the_next(broker, con
     second = Holder(connection, "work", **{"x-consumer-timeout": 600_000})
     assert first.wait(lambda: first.cancels == [first.tag])
     assert second.wait(lambda: second.held)
-    assert shown(broker, "work")["single_active_consumer_tag"] == second.tag
-    assert listed(broker, "work") == {first.tag: (False, "waiting"),
+    assert queue_shown(broker, "work")["single_active_consumer_tag"] == second.tag
+    assert consumers_listed(broker, "work") == {first.tag: (False, "waiting"),
                                       second.tag: (True, "single_active")}
-    assert shown(broker, "work")["consumers"] == 2  # a waiting one counts
+    assert queue_shown(broker, "work")["consumers"] == 2  # a waiting one counts
     second.channel.close()
     first.channel.basic_ack(first.held[0].delivery_tag)
-    assert first.wait(lambda: shown(broker, "work")["single_active_consumer_tag"]
+    assert first.wait(lambda: queue_shown(broker, "work")["single_active_consumer_tag"]
                       == first.tag)
 
 
@@ -305,22 +295,13 @@ async def test_an_asyncio_worker_that_timed_out_resumes_after_a_late_ack(broker)
         slow_tag = await queue.consume(slow, arguments={"x-consumer-timeout": 1000})
         await slow_channel.default_exchange.publish(aio_pika.Message(b"job"),
                                                     routing_key="work")
-        assert await settled(lambda: slow_held)
+        assert await until(lambda: slow_held)
         fast_queue = await fast_channel.get_queue("work", ensure=False)
         await fast_queue.consume(fast, arguments={"x-consumer-timeout": 600_000})
-        assert await settled(lambda: fast_got == [b"job"], 10)
+        assert await until(lambda: fast_got == [b"job"], 10)
         underlay = await slow_channel.get_underlay_channel()
         assert slow_tag not in underlay.consumers  # aio-pika dropped it at basic.cancel
-        assert listed(broker, "work")[slow_tag] == (True, "up")
-        assert shown(broker, "work")["consumers"] == 1
+        assert consumers_listed(broker, "work")[slow_tag] == (True, "up")
+        assert queue_shown(broker, "work")["consumers"] == 1
         await slow_held[0].ack()
-        assert await settled(lambda: shown(broker, "work")["consumers"] == 2)
-
-
-async def settled(condition, seconds: float = 5.0) -> bool:
-    """Whether `condition()` holds within `seconds` (polled)."""
-    for _ in range(int(seconds / 0.02)):
-        if condition():
-            return True
-        await asyncio.sleep(0.02)
-    return condition()
+        assert await until(lambda: queue_shown(broker, "work")["consumers"] == 2)

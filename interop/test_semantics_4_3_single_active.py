@@ -6,8 +6,6 @@ the broker in 4.3 mode, and 3.13's, which keeps the first consumer."""
 
 from __future__ import annotations
 
-import asyncio
-
 import aio_pika
 import pika
 import pytest
@@ -15,8 +13,8 @@ import pytest
 from amqp_server.config import BrokerConfig
 from amqp_server.testing import BrokerThread
 
-from .management_api import http
-from .waiting import wait_for
+from .management_api import consumers_listed, queue_shown
+from .waiting import until, wait_for
 
 SAC = {"x-queue-type": "quorum", "x-single-active-consumer": True}
 
@@ -28,14 +26,6 @@ def broker():
         yield running
 
 
-def shown(broker, name: str) -> dict:
-    return http(broker, "GET", f"/api/queues/%2F/{name}")[1]
-
-
-def activity(broker, name: str) -> dict:
-    """consumer tag -> (active, activity_status), as the queue lists them."""
-    return {c["consumer_tag"]: (c["active"], c["activity_status"])
-            for c in shown(broker, name)["consumer_details"]}
 
 
 class Held:
@@ -69,14 +59,14 @@ def test_a_higher_priority_consumer_takes_over_once_the_active_one_settles(broke
     # The active consumer holds a message: it quiesces, and what comes
     # meanwhile waits (rabbit_fifo's `quiescing` status).
     publisher.basic_publish("", "jobs", b"second")
-    queue = shown(broker, "jobs")
+    queue = queue_shown(broker, "jobs")
     assert queue["single_active_consumer_tag"] == low.tag
     assert (queue["messages_ready"], queue["messages_unacknowledged"]) == (1, 1)
     low.ack_all()
     assert wait_for(lambda: high.got, 5, lambda: connection.process_data_events(0.05))
     assert high.bodies() == [b"second"] and low.bodies() == [b"first"]
-    assert shown(broker, "jobs")["single_active_consumer_tag"] == high.tag
-    assert activity(broker, "jobs") == {high.tag: (True, "single_active"),
+    assert queue_shown(broker, "jobs")["single_active_consumer_tag"] == high.tag
+    assert consumers_listed(broker, "jobs") == {high.tag: (True, "single_active"),
                                         low.tag: (False, "waiting")}
 
 
@@ -85,7 +75,7 @@ def test_an_idle_active_consumer_gives_way_at_once(broker, connection):
     channel.queue_declare("jobs", durable=True, arguments=SAC)
     low = Held(connection, "jobs", priority=1)
     high = Held(connection, "jobs", priority=3)
-    assert shown(broker, "jobs")["single_active_consumer_tag"] == high.tag
+    assert queue_shown(broker, "jobs")["single_active_consumer_tag"] == high.tag
     channel.basic_publish("", "jobs", b"m")
     assert wait_for(lambda: high.got, 5, lambda: connection.process_data_events(0.05))
     assert low.got == []
@@ -98,11 +88,11 @@ def test_the_next_active_consumer_is_the_waiting_one_of_the_highest_priority(bro
     top = Held(connection, "jobs", priority=3)
     low = Held(connection, "jobs", priority=1)
     mid = Held(connection, "jobs", priority=2)
-    assert shown(broker, "jobs")["single_active_consumer_tag"] == top.tag
+    assert queue_shown(broker, "jobs")["single_active_consumer_tag"] == top.tag
     top.channel.close()
-    assert shown(broker, "jobs")["single_active_consumer_tag"] == mid.tag
+    assert queue_shown(broker, "jobs")["single_active_consumer_tag"] == mid.tag
     mid.channel.close()
-    assert shown(broker, "jobs")["single_active_consumer_tag"] == low.tag
+    assert queue_shown(broker, "jobs")["single_active_consumer_tag"] == low.tag
 
 
 def test_3_13_keeps_the_first_consumer_active():
@@ -114,17 +104,9 @@ def test_3_13_keeps_the_first_consumer_active():
         Held(connection, "jobs", priority=3)
         channel.basic_publish("", "jobs", b"m")
         assert wait_for(lambda: low.got, 5, lambda: connection.process_data_events(0.05))
-        assert shown(broker, "jobs")["single_active_consumer_tag"] == low.tag
+        assert queue_shown(broker, "jobs")["single_active_consumer_tag"] == low.tag
         connection.close()
 
-
-async def settled(condition, seconds: float = 5.0) -> bool:
-    """Whether `condition()` holds within `seconds` (polled)."""
-    for _ in range(int(seconds / 0.02)):
-        if condition():
-            return True
-        await asyncio.sleep(0.02)
-    return condition()
 
 
 async def test_an_asyncio_worker_of_a_higher_priority_takes_over(broker):
@@ -148,11 +130,11 @@ async def test_an_asyncio_worker_of_a_higher_priority_takes_over(broker):
 
         await old_queue.consume(old_worker, arguments={"x-priority": 1})
         await old_channel.default_exchange.publish(aio_pika.Message(b"1"), routing_key="jobs")
-        assert await settled(lambda: old_held)
+        assert await until(lambda: old_held)
         await new_queue.consume(new_worker, arguments={"x-priority": 5})
         await old_channel.default_exchange.publish(aio_pika.Message(b"2"), routing_key="jobs")
-        assert await settled(lambda: shown(broker, "jobs")["messages_ready"] == 1)
+        assert await until(lambda: queue_shown(broker, "jobs")["messages_ready"] == 1)
         assert new_got == [] and [m.body for m in old_held] == [b"1"]
         await old_held[0].ack()
-        assert await settled(lambda: new_got == [b"2"])
+        assert await until(lambda: new_got == [b"2"])
         assert [m.body for m in old_held] == [b"1"]
