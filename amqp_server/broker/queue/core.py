@@ -751,7 +751,7 @@ class Queue:
         consumers = self.consumers
         if not self.settings.is_quorum_4x:
             return len(consumers)
-        waiting = consumers.waiting if hasattr(consumers, "waiting") else ()
+        waiting = consumers.waiting if isinstance(consumers, SingleActiveByPriority) else ()
         return sum(1 for consumer in consumers
                    if not consumer.timed_out or consumer in waiting)
 

@@ -190,7 +190,9 @@ class Deliveries:
         """Acknowledged: their queues forget them."""
         records = list(map(_RECORD, taken))
         queue, _, consumer = records[0] if records else (None, None, None)
-        if (consumer is not None and not consumer.timed_out
+        # A consumer with no delivery a timeout took back has none of
+        # them among these.
+        if (consumer is not None and queue is not TIMED_OUT_QUEUE and not consumer.timed_out
                 and list(map(_CONSUMER, records)).count(consumer) == len(records)):
             # All from one consumer (so one queue), as a multiple ack
             # usually is: settled in one step.
