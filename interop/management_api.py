@@ -31,6 +31,17 @@ def call(base_url: str, method: str, path: str, body=None, auth=("guest", "guest
         return exc.code, json.loads(exc.read() or b"null")
 
 
+def queue_shown(broker, name: str) -> dict:
+    """A queue of the default virtual host as GET /api/queues/%2F/{name} shows it."""
+    return http(broker, "GET", f"/api/queues/%2F/{name}")[1]
+
+
+def consumers_listed(broker, name: str) -> dict:
+    """consumer tag -> (active, activity_status), as that queue lists them."""
+    return {c["consumer_tag"]: (c["active"], c["activity_status"])
+            for c in queue_shown(broker, name)["consumer_details"]}
+
+
 def amqpctl(broker, *argv: str) -> int:
     port = str(broker.server.management.port)
     return ctl.main(["--port", port, *argv])

@@ -39,6 +39,16 @@ def wait_for(condition, seconds: float = 5.0, step=lambda: time.sleep(0.02)) -> 
         step()
 
 
+async def until(condition, seconds: float = 5.0) -> bool:
+    """`wait_for` in a coroutine: whether `condition()` holds within
+    `seconds`, polled while the event loop runs."""
+    for _ in range(int(seconds / 0.02)):
+        if condition():
+            return True
+        await asyncio.sleep(0.02)
+    return condition()
+
+
 async def next_message(queue, timeout: float = 5.0):
     """The next message of an aio-pika queue, polled for at most `timeout` s."""
     deadline = asyncio.get_running_loop().time() + timeout

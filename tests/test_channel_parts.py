@@ -16,7 +16,7 @@ from amqp_server.protocol.channel.confirms import Confirms
 from amqp_server.protocol.channel.deliveries import Deliveries
 from amqp_server.protocol.channel.output import ChannelOutput
 from amqp_server.wire import frames
-from dlx.redelivery import CLOSED, NACKED
+from dlx.redelivery import CLOSED, NACKED, TIMED_OUT
 
 PROTOCOL = Path(__file__).resolve().parent.parent / "amqp_server" / "protocol"
 PARTS = sorted((PROTOCOL / "channel").glob("*.py"))
@@ -63,7 +63,7 @@ def test_no_part_is_a_mixin_of_the_channel():
 
 @dataclass
 class Counters:
-    acknowledged: dict = field(default_factory=lambda: {"classic": 0})
+    acknowledged: dict = field(default_factory=lambda: {"classic": 0, "quorum": 0})
 
     def delivered(self, *args) -> None:
         pass
@@ -130,9 +130,13 @@ class Queue:
     requeued: list = field(default_factory=list)
     rejected: list = field(default_factory=list)
     how: list = field(default_factory=list)  # how each came back (dlx.redelivery)
+    resumed: list = field(default_factory=list)  # consumers out of a 4.3 timeout
 
     def __hash__(self) -> int:
         return id(self)
+
+    def consumer_resumed(self, consumer) -> None:
+        self.resumed.append(consumer)
 
     def settle(self, entries) -> None:
         self.settled.extend(entries)
@@ -146,15 +150,18 @@ class Queue:
         self.how.append(how)
 
 
-@dataclass
+@dataclass(eq=False)
 class Consumer:
     unacked: int = 0
+    timed_out: set = field(default_factory=set)  # tags a 4.3 consumer timeout took back
+    queue: Queue | None = None
 
 
 def deliveries_with(tags: int) -> tuple[Deliveries, Queue, Consumer]:
     conn = Connection()
     deliveries = Deliveries(1, conn, ChannelOutput(1, conn, Journal(), None), False, set)
-    queue, consumer = Queue(), Consumer()
+    queue = Queue()
+    consumer = Consumer(queue=queue)
     for tag in range(1, tags + 1):
         deliveries.unacked[tag] = (queue, f"m{tag}", consumer)
     deliveries.next_tag = tags + 1
@@ -190,6 +197,32 @@ def test_acks_read_together_stop_at_an_unknown_tag_with_its_error():
     assert [tag for tag, _ in taken] == [1, 2]
     assert error is not None and (error.code, error.class_id, error.method_id) == (406, 60, 80)
     assert list(deliveries.unacked) == [3]
+
+
+def test_timed_out_deliveries_go_back_not_counted_as_failed_and_stay_outstanding():
+    # RabbitMQ 4.3's channel keeps their tags (handle_queue_actions/2 only
+    # sends basic.cancel for a `released ... timeout`)
+    deliveries, queue, consumer = deliveries_with(3)
+    consumer.timed_out = {1, 2}
+    deliveries.time_out([1, 2])
+    assert queue.requeued == ["m1", "m2"] and queue.how == [TIMED_OUT]
+    assert consumer.unacked == 1 and list(deliveries.unacked) == [1, 2, 3]
+
+
+def test_the_consumer_resumes_once_every_timed_out_delivery_is_settled_any_way():
+    # rabbit_fifo's maybe_untimeout/2 on settle, return and discard alike
+    deliveries, queue, consumer = deliveries_with(4)
+    consumer.timed_out = {1, 2, 3}
+    deliveries.time_out([1, 2, 3])
+    deliveries.settle(deliveries.take(1, multiple=False))
+    deliveries.requeue(deliveries.take(2, multiple=False), NACKED)
+    assert queue.resumed == [] and consumer.timed_out == {3}
+    deliveries.discard(deliveries.take(3, multiple=False))
+    assert queue.resumed == [consumer]
+    # Each settled nothing in the queue: the messages were back already.
+    assert queue.settled == [] and queue.rejected == [] and consumer.unacked == 1
+    deliveries.settle(deliveries.take(4, multiple=False))
+    assert queue.settled == ["m4"] and consumer.unacked == 0
 
 
 def test_a_rollback_restores_taken_deliveries_in_tag_order():

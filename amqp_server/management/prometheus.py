@@ -1,6 +1,7 @@
 """Metrics in the Prometheus text format under the names of RabbitMQ's
 rabbitmq_prometheus plugin (3.10), so that dashboards made for it work,
-plus this broker's own dead-letter families under the `amqp_` prefix.
+plus this broker's own families (dead letters, streams, a 4.3 quorum queue's
+priorities) under the `amqp_` prefix.
 
 Three views, as the plugin's:
 - `aggregated` (/metrics): every family summed over its objects, no
@@ -111,7 +112,7 @@ def _depth(queue) -> int:
 
 def queue_consumer_count(broker, vhost=None) -> list[Metric]:
     return [("queue_consumers", "gauge", "Consumers on a queue",
-             [({"vhost": v, "queue": q.name}, len(q.consumers))
+             [({"vhost": v, "queue": q.name}, q.consumers_up)
               for v, q in _queues(broker, vhost)])]
 
 
@@ -473,6 +474,33 @@ def stream_metrics(broker, vhost=None) -> list[Metric]:
     ]
 
 
+def quorum_queue_metrics(broker, vhost=None) -> list[Metric]:
+    """Per 4.3 quorum queue: its ready messages by priority and those
+    returned.  RabbitMQ 4.3 has these only in its management API
+    (rabbit_quorum_queue:handle_tick/3 hands them to the queue_metrics table,
+    whose Prometheus family lists a fixed set of keys without them); they
+    are ours because strict priorities can starve the low ones, which
+    nothing else shows, and returned messages waiting are the retries of
+    failing deliveries.  Its delivery limit and delayed-retry configuration
+    are settings, not measures: the management API shows them."""
+    by_priority, returned = [], []
+    for v, queue in _queues(broker, vhost):
+        if not queue.settings.is_quorum_4x:
+            continue
+        base = {"vhost": v, "queue": queue.name}
+        by_priority.extend(({**base, "priority": str(level)}, count)
+                           for level, count in sorted(queue.by_priority().items()))
+        returned.append((base, len(queue.ready.returns)))
+    return [
+        ("queue_messages_ready_by_priority", "gauge",
+         "Ready messages of a RabbitMQ 4.3 quorum queue at each priority holding any "
+         "(returned ones aside)", by_priority),
+        ("queue_messages_ready_returned", "gauge",
+         "Ready messages of a RabbitMQ 4.3 quorum queue that were returned, served first",
+         returned),
+    ]
+
+
 _AGES = ("queue_oldest_message_age_seconds", "queue_oldest_dead_letter_age_seconds")
 
 
@@ -528,6 +556,8 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
             lines += text_lines(OWN_PREFIX, dead_letter_metrics(broker, vhost))
         if "stream_metrics" in wanted:
             lines += text_lines(OWN_PREFIX, stream_metrics(broker, vhost))
+        if "quorum_queue_metrics" in wanted:
+            lines += text_lines(OWN_PREFIX, quorum_queue_metrics(broker, vhost))
         lines += text_lines(PREFIX, identity(broker, view))
         return "\n".join(lines) + "\n"
     per_object = view == "per-object"
@@ -542,6 +572,9 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
                         else _dead_letters_aggregated(broker))
     streams = stream_metrics(broker)
     lines += text_lines(OWN_PREFIX, streams if per_object else _aggregate(streams[:2]))
+    quorum = quorum_queue_metrics(broker)
+    lines += text_lines(OWN_PREFIX, quorum if per_object
+                        else _aggregate(quorum, keep=("priority",)))
     if broker.cluster is not None:
         lines += text_lines(OWN_PREFIX, broker.cluster.metric_families())
     return "\n".join(lines) + "\n"

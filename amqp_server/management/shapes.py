@@ -58,7 +58,9 @@ def queue_json(queue) -> dict:
         "messages_ram": len(queue.ready),
         "messages_paged_out": queue.paged_count,
         "message_bytes_paged_out": queue.paged_bytes,
-        "consumers": len(queue.consumers),
+        # A 4.3 quorum queue's consumers in a consumer timeout are listed
+        # (consumer_details) but not counted, as rabbit_fifo counts them.
+        "consumers": queue.consumers_up,
         "single_active_consumer_tag": _single_active_tag(queue),
         **(_classic_fields(queue) if queue.settings.queue_type == "classic" else {}),
         **(quorum_4_3_fields(queue) if queue.settings.is_quorum_4x else {}),

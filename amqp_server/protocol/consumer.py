@@ -2,7 +2,11 @@
 
 What a queue's dispatch asks of it (broker/queue/dispatch.py): `can_take`,
 `room`, `output_room`, `take`, `take_many`, `cancelled_by_broker`.  The
-room for writing is its connection's flow control (protocol/flow.py)."""
+room for writing is its connection's flow control (protocol/flow.py).
+
+`timed_out` holds the delivery tags a RabbitMQ 4.3 consumer timeout took
+back from it and its client has not settled yet: while there are any, it
+takes nothing (rabbit_fifo's `timeout` status; channel/ack_deadline.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ ROOM_CEILING = 1000
 
 class Consumer:
     __slots__ = ("tag", "tag_bytes", "channel", "deliveries", "flow", "queue", "no_ack",
-                 "exclusive", "prefetch", "unacked", "arguments", "priority")
+                 "exclusive", "prefetch", "unacked", "arguments", "priority", "timed_out")
 
     def __init__(self, tag: str, channel, queue, no_ack: bool, exclusive: bool,
                  prefetch: int, arguments, priority: int = 0) -> None:
@@ -33,9 +37,12 @@ class Consumer:
         self.unacked = 0
         self.arguments = arguments
         self.priority = priority  # x-priority: served before lower ones while it has room
+        self.timed_out: set[int] = set()
 
     def can_take(self) -> bool:
         if self.prefetch and self.unacked >= self.prefetch and not self.no_ack:
+            return False
+        if self.timed_out:
             return False
         # The channel's limits, read in place: this runs once per delivery.
         channel = self.channel

@@ -63,7 +63,7 @@ from ..message import Entry, Message
 from ..timers import Alarm, Timers, now_ms
 from .arrivals import Arrivals
 from .census import Census, take_census
-from .dispatch import PriorityGroups, RoundRobin, SingleActive
+from .dispatch import PriorityGroups, RoundRobin, SingleActive, SingleActiveByPriority
 from .effects import (
     EXPIRES,
     REDELIVERY,
@@ -99,6 +99,14 @@ def _discard(queue: Queue, messages: list[Message], reason: str) -> None:
     queue.stats["dropped"][("no_dlx", reason)] += len(messages)
 
 
+def _dispatch_for(settings: QueueSettings):
+    if not settings.single_active_consumer:
+        return RoundRobin()
+    if settings.is_quorum_4x:
+        return SingleActiveByPriority()  # rabbit_fifo since 4.0
+    return SingleActive(by_priority=not settings.is_quorum)
+
+
 class Queue:
     is_queue = True
 
@@ -120,8 +128,7 @@ class Queue:
         # The parts.  Ordering and dispatch follow the arguments only (no
         # policy key): fixed for the queue's life.
         self.ready = ready_for(settings.max_priority, settings.is_quorum_4x)
-        self.consumers = (SingleActive(by_priority=not settings.is_quorum)
-                          if settings.single_active_consumer else RoundRobin())
+        self.consumers = _dispatch_for(settings)
         self.limits = Limits(clock())
         self.redelivery = Redelivery(rng if rng is not None else _RNG)
         self.pager = Pager(vhost, name, self.ready.lane_count)
@@ -713,6 +720,40 @@ class Queue:
             # that went still holds messages, once they are settled or back
             # (first in line), as in RabbitMQ.
             self.dispatch()
+
+    def consumer_timed_out(self, consumer) -> None:
+        """A 4.3 consumer timeout took `consumer`'s overdue deliveries
+        back: it takes nothing until its client settles them (its
+        `timed_out` tags); a single active one steps aside."""
+        stepping_aside = getattr(self.consumers, "timed_out", None)
+        if stepping_aside is not None:
+            stepping_aside(consumer)
+
+    def consumer_resumed(self, consumer) -> None:
+        """Its client settled every delivery that timed out: it takes
+        messages again (rabbit_fifo's maybe_untimeout/2), if it is still
+        here."""
+        if consumer not in self.consumers:
+            return
+        resumed = getattr(self.consumers, "resumed", None)
+        if resumed is not None:
+            resumed(consumer)
+        if self.ready or self.pager.count:
+            self.dispatch()
+
+    @property
+    def consumers_up(self) -> int:
+        """The consumers its `consumers` figure counts (the management
+        API, Prometheus): a 4.3 quorum queue leaves out those in a
+        consumer timeout, except waiting single active ones
+        (rabbit_fifo:query_consumer_count/1 counts the consumers of a
+        plain status and every waiting one)."""
+        consumers = self.consumers
+        if not self.settings.is_quorum_4x:
+            return len(consumers)
+        waiting = consumers.waiting if isinstance(consumers, SingleActiveByPriority) else ()
+        return sum(1 for consumer in consumers
+                   if not consumer.timed_out or consumer in waiting)
 
     # ---- the workbench's selection -------------------------------------------------
 

@@ -18,16 +18,22 @@ queues and streams no longer evaluate one): in a virtual host following
 4.3, only a quorum queue's deliveries time out, each against its own
 consumer's timeout (its `x-consumer-timeout` argument, else the queue's
 argument or policy, else the broker's), and what times out goes back to
-the queue without counting as a failed delivery (rabbit_fifo:
-evaluate_consumer_timeout).  The channel then cancels that consumer with
-basic.cancel when the client takes those; otherwise, or for a basic.get,
-it closes with 406 as rabbit_channel:handle_queue_actions/2 does for a
-`released ... timeout` action (its "Timeout value used: -1 ms" included).
+the queue without counting as a failed delivery (rabbit_fifo v4.3.5,
+apply_/3 for `{timeout, evaluate_consumer_timeout}`).  The consumer is then
+in a timeout: it stays, takes nothing, and takes messages again once its
+client has settled (acked, rejected or nacked) every delivery that timed
+out (maybe_untimeout/2); the client hears basic.cancel (nowait), and its
+basic.cancel-ok ends the consumer (rabbit_channel:handle_method/3).  A
+client that does not take basic.cancel, a consumer the client cancelled
+already, or a basic.get closes the channel with 406 instead, as
+rabbit_channel:handle_queue_actions/2 does for a `released ... timeout`
+action (its "Timeout value used: -1 ms" included).
 
 Owns: those notes of (next delivery tag, time).
 Needs: the channel's deliveries (the oldest outstanding one and the next
-tag, and giving timed-out ones back), its consumers (cancelling one), the
-broker's config (the default timeout) and the vhost's semantics.
+tag, and giving timed-out ones back), its consumers (putting one in a
+timeout), the broker's config (the default timeout) and the vhost's
+semantics.
 
 Interface: `overdue`.
 """
@@ -55,7 +61,7 @@ class AckDeadline:
         self._deliveries = deliveries
         self._config = config
         self._quorum_only = is_4x(semantics)
-        # The channel's consuming part (4.3: cancels a timed-out consumer).
+        # The channel's consuming part (4.3: puts a consumer in a timeout).
         self._consumers = consumers
 
     def overdue(self, now_ms: float) -> AMQPError | None:
@@ -110,13 +116,17 @@ class AckDeadline:
         if not overdue:
             return None
         # The consumers stop first (rabbit_fifo puts them in `timeout`
-        # status), so what goes back is not delivered to them again.
-        closes = None in overdue or not self._consumers.cancels_notified()
+        # status), so what goes back is not delivered to them again.  The
+        # channel hears of each (`released`); one it cannot send
+        # basic.cancel for closes it.
+        consumers = self._consumers
+        closes = not consumers.cancels_notified() or any(
+            consumer is None or not consumers.has(consumer) for consumer in overdue)
         if closes:
-            self._consumers.stop_delivering()
+            consumers.stop_delivering()
         else:
-            for consumer in overdue:
-                self._consumers.timed_out(consumer)
+            for consumer, tags_out in overdue.items():
+                consumers.timed_out(consumer, tags_out)
         for tags_out in overdue.values():
             self._deliveries.time_out(tags_out)
         if not closes:

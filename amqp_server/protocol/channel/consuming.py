@@ -9,9 +9,10 @@ the channel-wide prefetch limit), direct reply-to (the pseudo-queue is
 consumed there), output (replies), and the channel, which consumers
 deliver through.
 
-Interface: `qos`, `consume`, `cancel`, `get`, `consumer_cancelled` (the
-queue cancelled one), `timed_out` (a 4.3 consumer timeout), `queues`,
-`redispatch`, `hold_cancels`, `held_cancels`, `close`, `prefetch`.
+Interface: `qos`, `consume`, `cancel`, `cancel_ok` (4.3), `get`,
+`consumer_cancelled` (the queue cancelled one), `has`, `timed_out` (a 4.3
+consumer timeout), `queues`, `redispatch`, `hold_cancels`, `held_cancels`,
+`close`, `prefetch`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from policies.registry import ArgumentError, validate_consume_arguments
 
 from ...broker.direct_reply import PSEUDO_QUEUE
 from ...broker.permissions import READ
-from ...broker.queue.dispatch import SingleActive
+from ...broker.queue.dispatch import is_single_active
 from ...broker.stream import check_stream_consume
 from ...broker.vhost import server_generated_name
 from ...errors import (
@@ -96,7 +97,7 @@ class Consuming:
             raise not_implemented(
                 f"{resource_name('queue', queue.name, vhost.name)} does not support "
                 "global qos")
-        if queue.is_quorum and isinstance(queue.consumers, SingleActive):
+        if queue.is_quorum and is_single_active(queue.consumers):
             exclusive = False  # a quorum queue ignores it (rabbit_quorum_queue:consume)
         elif queue.settings.is_stream:
             exclusive = False  # so does a stream (rabbit_stream_queue:consume)
@@ -158,13 +159,29 @@ class Consuming:
         """The client takes basic.cancel from the broker."""
         return bool(self._conn.capabilities.get("consumer_cancel_notify")) and not self._closing
 
-    def timed_out(self, consumer: Consumer) -> None:
-        """A 4.3 quorum queue takes `consumer`'s overdue deliveries back:
-        it is cancelled, and the client hears basic.cancel."""
-        if self.consumers.get(consumer.tag) is consumer:
-            del self.consumers[consumer.tag]
+    def has(self, consumer: Consumer) -> bool:
+        """`consumer` is one of the channel's (not cancelled)."""
+        return self.consumers.get(consumer.tag) is consumer
+
+    def timed_out(self, consumer: Consumer, tags: list[int]) -> None:
+        """A 4.3 quorum queue takes `consumer`'s overdue deliveries (`tags`)
+        back: it stays, in a timeout, until its client settles them, and
+        the client hears basic.cancel (rabbit_channel:handle_queue_actions/2
+        sends it and keeps the consumer)."""
+        consumer.timed_out.update(tags)
+        consumer.queue.consumer_timed_out(consumer)
+        self._output.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
+
+    def cancel_ok(self, method) -> None:
+        """4.3: a client's basic.cancel-ok, its answer to the broker's
+        basic.cancel, ends that consumer without a reply
+        (rabbit_channel:handle_method/3 for basic.cancel_ok: cancel_consumer
+        with no ok message).  For a tag the channel does not have,
+        RabbitMQ's channel hands its writer an undefined reply; here
+        nothing happens."""
+        consumer = self.consumers.pop(method.consumer_tag, None)
+        if consumer is not None:
             self._detach(consumer)
-            self._output.send(make(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
 
     def stop_delivering(self) -> None:
         """The channel closes for a consumer timeout: nothing more is

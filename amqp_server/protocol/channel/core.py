@@ -24,6 +24,7 @@ from __future__ import annotations
 from pamqp import commands as spec
 
 from dlx.redelivery import CLOSED, NACKED, RECOVERED, REJECTED
+from dlx.semantics import is_4x
 
 from ...errors import AMQPError, not_implemented
 from ...storage.definition_log import NO_JOURNAL
@@ -104,6 +105,10 @@ class Channel:
             spec.Channel.Flow: self._channel_flow,
             spec.Channel.FlowOk: lambda method: None,
         }
+        if vhost is not None and is_4x(vhost.semantics):
+            # A client's answer to the broker's basic.cancel (RabbitMQ 4.3:
+            # rabbit_channel:handle_method/3 for basic.cancel_ok).
+            self._handlers[spec.Basic.CancelOk] = consuming.cancel_ok
 
     # ---- what the connection and management read -----------------------
 

@@ -190,7 +190,9 @@ class Deliveries:
         """Acknowledged: their queues forget them."""
         records = list(map(_RECORD, taken))
         queue, _, consumer = records[0] if records else (None, None, None)
-        if (consumer is not None and queue is not TIMED_OUT_QUEUE
+        # A consumer with no delivery a timeout took back has none of
+        # them among these.
+        if (consumer is not None and queue is not TIMED_OUT_QUEUE and not consumer.timed_out
                 and list(map(_CONSUMER, records)).count(consumer) == len(records)):
             # All from one consumer (so one queue), as a multiple ack
             # usually is: settled in one step.
@@ -200,8 +202,10 @@ class Deliveries:
             self._after_release({queue})
             return
         by_queue: dict = {}
-        for _, (queue, entry, consumer) in taken:
-            if consumer is not None and queue is not TIMED_OUT_QUEUE:
+        for tag, (queue, entry, consumer) in taken:
+            if queue is TIMED_OUT_QUEUE:
+                _settled_timed_out(tag, consumer)
+            elif consumer is not None:
                 consumer.unacked -= 1
             entries = by_queue.get(queue)
             if entries is None:
@@ -241,7 +245,8 @@ class Deliveries:
         """A 4.3 quorum queue's consumer timeout: these deliveries go back to
         their queues (not counted as failed deliveries), but their tags stay
         outstanding, as in RabbitMQ's channel, so a late ack or reject of
-        one is taken and does nothing."""
+        one is taken: it settles nothing, and once its consumer's are all
+        settled, the consumer takes messages again."""
         unacked = self.unacked
         taken = [(tag, unacked[tag]) for tag in tags]
         for tag, (_, entry, consumer) in taken:
@@ -260,11 +265,25 @@ class Deliveries:
         """The taken entries by queue, their consumers' unacked counts
         given back (not again for one a consumer timeout gave back)."""
         by_queue: dict = {}
-        for _, (queue, entry, consumer) in taken:
-            if consumer is not None and queue is not TIMED_OUT_QUEUE:
+        for tag, (queue, entry, consumer) in taken:
+            if queue is TIMED_OUT_QUEUE:
+                _settled_timed_out(tag, consumer)
+            elif consumer is not None:
                 consumer.unacked -= 1
             by_queue.setdefault(queue, []).append(entry)
         return by_queue
+
+
+def _settled_timed_out(tag: int, consumer) -> None:
+    """A delivery a consumer timeout took back is settled, any way: once
+    none of its consumer's is left, the consumer takes messages again
+    (rabbit_fifo's maybe_untimeout/2, on settle, return and discard)."""
+    if consumer is None or tag not in consumer.timed_out:
+        return  # a basic.get's, or one that closed its channel
+    timed_out = consumer.timed_out
+    timed_out.remove(tag)
+    if not timed_out:
+        consumer.queue.consumer_resumed(consumer)
 
 
 class _TimedOut:
