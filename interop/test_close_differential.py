@@ -225,3 +225,25 @@ def test_a_closing_channel_still_holds_content_to_its_place_as_rabbitmq(
     assert ours == broken_content_on_a_closing_channel(rabbitmq_url)
     assert ours["a body with no publish"][:1] == (505,)
     assert ours["channel.open"][:2] == (504, "CHANNEL_ERROR - second 'channel.open' seen")
+
+
+def answer_to_a_method_only_the_broker_sends(url: str) -> list[str]:
+    client = opened(url)
+    try:
+        client.send_method(1, make(spec.Basic.QosOk))
+        channel, method = client.read_method()
+        steps = [f"{channel} {method.name} {method.reply_code} {method.reply_text} "
+                 f"{method.class_id}.{method.method_id}"]
+        client.send_method(0, CLOSE_OK)
+        return steps
+    finally:
+        client.close()
+
+
+def test_a_method_only_the_broker_sends_closes_the_connection_with_503_as_rabbitmq(
+        broker, rabbitmq_url):
+    # rabbit_channel's last handle_method clause: command_invalid,
+    # "unimplemented method", a connection error naming basic.qos-ok (60, 11).
+    ours = answer_to_a_method_only_the_broker_sends(broker.url)
+    assert ours == answer_to_a_method_only_the_broker_sends(rabbitmq_url)
+    assert ours == ["0 Connection.Close 503 COMMAND_INVALID - unimplemented method 60.11"]

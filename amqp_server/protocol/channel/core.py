@@ -153,7 +153,9 @@ class Channel:
             raise out_of_place(self.publishing.content_due())
         handler = self._handlers.get(type(method))
         if handler is None:
-            raise AMQPError(540, f"unimplemented method {method.name}")
+            # A method only the broker sends: rabbit_channel's last
+            # handle_method clause, 503 COMMAND_INVALID (a connection error).
+            raise AMQPError(503, "unimplemented method")
         handler(method)
 
     def _channel_flow(self, method) -> None:
