@@ -374,13 +374,20 @@ class Queue:
         consumers = self.consumers
         sole = consumers.sole()
         if sole is not None:
-            room = sole.room()
-            if room:
+            # Batch after batch while it has room: a consumer without a
+            # prefetch limit has a ceiling per batch, not a full window,
+            # and nothing else would wake it for what stayed behind (no
+            # ack comes from a no-ack consumer).
+            while entries:
+                room = sole.room()
+                if not room:
+                    break
                 taken = entries[:room]
                 self.unacked += len(taken)
                 self.delivered += len(taken)
                 self._hand_over(sole, taken)
-            return entries[room:]
+                entries = entries[room:]
+            return entries
         for index, entry in enumerate(entries):
             consumer = consumers.next_with_room()
             if consumer is None:
