@@ -1,7 +1,8 @@
 """The asyncio shell: sockets, timers and flushing around `Connection`.
 
-`data_received` feeds the sans-IO connection and writes what it produced in
-one transport write; deliveries triggered by other connections schedule a
+`data_received` feeds the sans-IO connection, a share of each read per
+turn of the loop (read_shares.py), and writes what it produced in one
+transport write; deliveries triggered by other connections schedule a
 single flush per loop iteration.  Heartbeat, handshake and close timers live
 here because they need a clock.
 """
@@ -25,6 +26,7 @@ from .management.api import ManagementServer
 from .management.prometheus_listener import PrometheusServer
 from .protocol.connection import CLOSING, OPEN, Connection
 from .protocol.flow import WRITE_HIGH_WATER, WRITE_LOW_WATER
+from .read_shares import ReadShares
 
 log = logging.getLogger("amqp_server")
 
@@ -58,7 +60,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.local_host, self.conn.local_port = local[0], local[1]
         self.conn.tls = transport.get_extra_info("sslcontext") is not None
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
-        self.conn.flow.attach(transport)
+        # Reading goes through the shares, a share of the loop per turn.
+        self._shares = ReadShares(transport, self.loop.call_soon, self._read)
+        self.conn.flow.attach(self._shares)
         self.server.protocols.add(self)
         self._timers["handshake"] = self.loop.call_later(
             self.server.broker.config.handshake_timeout / 1000, self._handshake_expired)
@@ -68,6 +72,10 @@ class AMQPProtocol(asyncio.Protocol):
             data = self._forwarded(data)
             if not data:
                 return
+        self._shares.received(data)
+
+    def _read(self, data: bytes) -> None:
+        """A share of what was read (read_shares.py): the connection reads it."""
         conn = self.conn
         conn.receive_data(data)
         conn.flow.after_read()  # a new publisher, or reading resumed meanwhile
