@@ -327,6 +327,7 @@ class Server:
         self._reaper = None
         self._resource_check = None
         self._ack_deadlines = None
+        self._credit_check = None
         self._address_scan = None
         self._dead_letter_watch = None
         self.management: ManagementServer | None = None
@@ -362,6 +363,7 @@ class Server:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
         self._ack_deadlines = broker.timers.call_every(1.0, broker.check_ack_deadlines)
+        self._credit_check = broker.timers.call_every(1.0, broker.check_credit)
         self._dead_letter_watch = broker.timers.call_every(1.0, broker.watch_dead_letters)
         period = broker.config.address_queue_scan_period
         if period > 0:
@@ -442,7 +444,7 @@ class Server:
             if listener is not None:
                 listener.close()
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan, self._dead_letter_watch):
+                      self._credit_check, self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for http in (self.management, self.prometheus):
@@ -470,7 +472,7 @@ class Server:
             return
         self._storage_closed = True
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan, self._dead_letter_watch):
+                      self._credit_check, self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for listener in (self._server, self._tls_server):

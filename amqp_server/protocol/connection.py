@@ -590,6 +590,7 @@ class Connection:
         self._reader.stop()
 
     def _release_all(self) -> None:
+        self.flow.forget_credit()
         channels = list(self.channels.values())
         self.channels.clear()
         for channel in channels:

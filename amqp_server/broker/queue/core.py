@@ -9,7 +9,8 @@ own their state (DESIGN.md, "A queue is built from parts"):
   dead letters;
 - `pager` (paging.py): which ready messages live in page files;
 - `selection` (selection.py): messages the workbench takes out by seq;
-- `arrivals` (arrivals.py): when its messages arrived, to the second.
+- `arrivals` (arrivals.py): when its messages arrived, to the second;
+- `credit` (credit.py): whether its publishers wait for it to drain.
 
 The queue is the only one that talks to more than one part.  What its
 decisions ask of the world (deliveries, dead letters, the store, timers)
@@ -37,6 +38,8 @@ workbench call):
     requeue(entries, by_client)      given back: counted, delayed, or back
     reject(entries)                  rejected without requeue: dead-lettered
     add_consumer / remove_consumer
+    await_credit(sender) -> bool     a publisher waits while it withholds credit
+    forget_sender(sender), credit_tick()
     expire(now), sweep(now)          TTL at the head; the reaper's pass
     touch()                          used (x-expires)
     withdraw / restore_withdrawn / discard_withdrawn   the workbench
@@ -60,6 +63,7 @@ from ..message import Entry, Message
 from ..timers import Alarm, Timers, now_ms
 from .arrivals import Arrivals
 from .census import Census, take_census
+from .credit import Credit
 from .dispatch import PriorityGroups, RoundRobin, SingleActive
 from .effects import (
     EXPIRES,
@@ -70,6 +74,7 @@ from .effects import (
     DeadLetter,
     Deliver,
     Forget,
+    GrantCredit,
     Unused,
 )
 from .limits import ACCEPT, REJECT_DLX, Limits
@@ -124,6 +129,9 @@ class Queue:
         self.pager = Pager(vhost, name, self.ready.lane_count)
         self.selection = Selection()
         self.arrivals = Arrivals()
+        self.credit = Credit()
+        # Read by the publish path after each enqueue: the publisher waits.
+        self.withholds_credit = False
         self._marked_seq = 0  # next_seq at the last tick that marked
         self._census: tuple[tuple, Census] | None = None
         # The queue's own state: what the parts share.
@@ -289,6 +297,8 @@ class Queue:
             # Messages already waiting mean no consumer has room: whatever
             # frees room (ack, qos, flow, a flushed socket) dispatches.
             self._append(entry, len(message.body))
+            if consumers and not self.withholds_credit:
+                self._grew()
             return ACCEPTED
         return self._enqueue_checked(message)
 
@@ -325,6 +335,8 @@ class Queue:
             effects.append(Deliver(consumer, [entry]))
         else:
             self._append(entry, len(message.body))
+            if self.consumers and not self.withholds_credit:
+                self._grew()
         if limits.sheds_head:
             effects.extend(self._drop_head())
         if effects:
@@ -368,6 +380,8 @@ class Queue:
         else:
             for entry, size in zip(entries, sizes):
                 self._append(entry, size)
+        if self.consumers and not self.withholds_credit:
+            self._grew()
 
     def _hand_out(self, entries: list) -> list:
         """Give entries to consumers with room, in turn; returns the rest."""
@@ -411,6 +425,12 @@ class Queue:
             self.ready.append(entry)
         self.ready_bytes += size
 
+    def _grew(self) -> None:
+        """Appended to while it has consumers: past its high mark it
+        withholds credit from its publishers (credit.py)."""
+        if self.credit.grew(self.message_count, self.ready_bytes):
+            self.withholds_credit = True
+
     def _drop_head(self) -> list:
         """Drop-head: the head goes while the queue is over its limit
         (dead letters held for a target count, as in rabbit_fifo)."""
@@ -440,6 +460,8 @@ class Queue:
             self._dispatch(now)
         else:
             self._dispatch()
+        self._granted(self.credit.drained(self.message_count, self.ready_bytes,
+                                          self.delivered))
 
     def _dispatch(self, now: float | None = None) -> None:
         """The delivery loop: a single consumer takes batches, several take
@@ -663,6 +685,8 @@ class Queue:
     # ---- consumers -------------------------------------------------------------
 
     def add_consumer(self, consumer, exclusive: bool) -> None:
+        if not self.consumers:
+            self.credit.consumers_came(self.message_count, self.ready_bytes)
         if consumer.priority and isinstance(self.consumers, RoundRobin):
             self.consumers = PriorityGroups.of(self.consumers)
         self.consumers.add(consumer)
@@ -678,12 +702,44 @@ class Queue:
             self.exclusive_consumer = None
         if not self.consumers:
             self.consumers_gone_at = self.clock()
+            self._release_credit()  # no consumers: it fills as publishers send
             self.touch()
         elif self.ready and not consumer.unacked:
             # A single active consumer's successor starts now; if the one
             # that went still holds messages, once they are settled or back
             # (first in line), as in RabbitMQ.
             self.dispatch()
+
+    # ---- credit to publishers ----------------------------------------------------
+
+    def await_credit(self, sender) -> bool:
+        """A publisher published into it while it withholds credit: it
+        waits for credit (`sender.credit_granted(queue)`), unless one of
+        its own consumers reads this queue (`consumer.flow`), whose acks
+        it would then never send."""
+        for consumer in self.consumers:
+            if getattr(consumer, "flow", None) is sender:
+                return False
+        self.credit.wait(sender)
+        return True
+
+    def forget_sender(self, sender) -> None:
+        """A waiting publisher is gone."""
+        self.credit.forget(sender)
+
+    def credit_tick(self) -> None:
+        """Once a second while publishers wait for it (credit.py's tick)."""
+        self._granted(self.credit.tick(self.delivered))
+
+    def _release_credit(self) -> None:
+        self._granted(self.credit.release())
+
+    def _granted(self, senders) -> None:
+        """What the credit part decided: whether it still withholds credit,
+        and the publishers it grants credit to now."""
+        self.withholds_credit = self.credit.withholding
+        if senders:
+            self.carry_out((GrantCredit(senders),))
 
     # ---- the workbench's selection -------------------------------------------------
 
@@ -839,6 +895,7 @@ class Queue:
         self.pager.drop()
         self.ready.clear()
         self.ready_bytes = 0
+        self._release_credit()
         return count
 
     def _forget_paged(self) -> None:
@@ -857,6 +914,7 @@ class Queue:
                                   [*self.ready, *self.redelivery.delayed], self.pager.segments)
         self.pager.drop()
         self.deleted = True
+        self._release_credit()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
         self._expiry_timer = None
@@ -886,6 +944,9 @@ class Queue:
             elif kind is Unused:
                 if self.on_unused is not None:
                     self.on_unused(self)  # deleted; its messages are not dead-lettered
+            elif kind is GrantCredit:
+                for sender in effect.senders:
+                    sender.credit_granted(self)
             else:
                 raise TypeError(f"not an effect: {effect!r}")
 

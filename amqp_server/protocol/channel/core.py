@@ -27,6 +27,7 @@ from ...errors import AMQPError, not_implemented, unexpected_frame
 from ...storage.definition_log import NO_JOURNAL
 from ...wire.methods import make
 from ..consumer import Consumer
+from ..flow import ChannelCredit
 from .ack_deadline import AckDeadline
 from .confirms import Confirms
 from .consuming import Consuming
@@ -61,7 +62,7 @@ class Channel:
         self.declaring = declaring = Declaring(vhost, connection, names, consuming, replies,
                                                output)
         self.publishing = publishing = Publishing(vhost, connection, confirms, transactions,
-                                                  replies)
+                                                  replies, ChannelCredit(self.flow, number))
         self.ack_deadline = AckDeadline(number, deliveries, connection.config)
         # The connection's calls, straight to the part that answers them.
         self.start_publish = publishing.start
