@@ -255,7 +255,7 @@ class Connection:
                 if self.state == CLOSED:
                     return
         elif multiple:
-            self._on_channel(channel, channel.ack, tags[0], True, ids=(60, 80))
+            self._on_channel(channel, channel.ack_multiples, tags, ids=(60, 80))
         else:
             self._on_channel(channel, channel.settle_each, method_id, tags, requeue)
 

@@ -158,6 +158,17 @@ class Channel:
     def ack(self, tag: int, multiple: bool) -> None:
         self._acked(self.deliveries.take(tag, multiple))
 
+    def ack_multiples(self, tags: list[int]) -> None:
+        """Multiple basic.ack frames read back to back: when each names an
+        outstanding tag above the one before, they settle what the last
+        one alone would, in one step; otherwise one at a time (an unknown
+        tag closes the channel after those before it settled)."""
+        if len(tags) == 1 or self.deliveries.outstanding_ascending(tags):
+            self.ack(tags[-1], True)
+            return
+        for tag in tags:
+            self.ack(tag, True)
+
     def _basic_reject(self, method) -> None:
         self._rejected(self.deliveries.take(method.delivery_tag, False), method.requeue)
 
