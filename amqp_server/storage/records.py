@@ -41,6 +41,12 @@ def frame(body) -> bytes:
     return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + bytes(body)
 
 
+def frame_head(body: bytes) -> bytes:
+    """What `frame` puts before a packed payload: written before it, the
+    two make the record without a copy of the payload."""
+    return _HEAD.pack(MAGIC, len(body), zlib.crc32(body))
+
+
 def decode_all(data: bytes, payloads: list | None = None
                ) -> tuple[list, list[tuple[int, str]], int]:
     """(records, problems as (offset, what), end of the last good record).
