@@ -6,10 +6,11 @@ reads it again (up to 32 times) before it looks at any other socket or
 runs anything scheduled: a publisher that writes faster than the broker
 works would keep the loop to itself, and the consumers' acks and their
 deliveries' flushes would wait behind whole megabytes of publishes.  Here
-a read is used READ_SHARE bytes at a time: the first share at once, the
-rest one share per turn (`call_soon`), the socket not read meanwhile, so
-every other connection's reads, flushes and timers come in between, as
-LavinMQ's reader yields every 8,192 frames (client.cr, read_loop).
+a connection is read one read at a time, at most READ_SHARE bytes of it
+used per turn of the loop: the first share at once, the rest one share
+per turn (`call_soon`), the socket not read meanwhile, so every other
+connection's reads, flushes and timers come in between, as LavinMQ's
+reader yields every 8,192 frames (client.cr, read_loop).
 
 `ReadShares` stands between a connection's flow control (protocol/flow.py)
 and its transport: the flow pauses and resumes reading through it (it has
@@ -23,13 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# Bytes of input used in one turn of the loop: a few hundred to a few
-# thousand publishes.
-READ_SHARE = 64 << 10
+# Bytes of input used in one turn of the loop: uvloop's read, a few
+# hundred to a few thousand publishes (at most a few milliseconds).
+# Measured against 64 and 128 KB with lavinmqperf's three shapes: the same
+# for the consumer of a flood, and more for a publisher that waits for its
+# confirms every 1,000 (the fewer turns such a burst takes, the fewer
+# flushes of the store it waits for).
+READ_SHARE = 256 << 10
 
 
 class ReadShares:
-    __slots__ = ("_transport", "_call_soon", "_use", "_held", "_scheduled",
+    __slots__ = ("_transport", "_call_soon", "_use", "_held", "_waiting", "_scheduled",
                  "_flow_reading", "_socket_reading")
 
     def __init__(self, transport, call_soon: Callable, use: Callable[[bytes], None]) -> None:
@@ -37,21 +42,32 @@ class ReadShares:
         self._call_soon = call_soon
         self._use = use  # what the bytes are for: the connection reads them
         self._held = b""  # read, waiting for their turn
+        self._waiting = False  # a full share was used: the socket waits for the next turn
         self._scheduled = False
         self._flow_reading = True  # the connection's flow lets it be read
         self._socket_reading = True
 
     def received(self, data: bytes) -> None:
         """A read: its first share now, the rest in later turns."""
-        if self._held:  # a transport that delivers a read after its pause (TLS)
+        if self._waiting:  # a transport that delivers a read after its pause (TLS)
             self._held += data
             return
-        if len(data) > READ_SHARE:
+        self._use(self._share(data))
+
+    def _share(self, data: bytes) -> bytes:
+        """What of `data` is used now; the rest is held.  A full share
+        (uvloop's whole read buffer) means more is likely there: the
+        socket then waits for the next turn as well."""
+        if len(data) >= READ_SHARE:
             self._held = data[READ_SHARE:]
             data = data[:READ_SHARE]
+            self._waiting = True
             self._schedule()
-            self._sync()
-        self._use(data)
+        else:
+            self._held = b""
+            self._waiting = False
+        self._sync()
+        return data
 
     # ---- what the flow calls (a transport's reading interface) ----------
 
@@ -61,7 +77,7 @@ class ReadShares:
 
     def resume_reading(self) -> None:
         self._flow_reading = True
-        if self._held:
+        if self._waiting:
             self._schedule()
         self._sync()
 
@@ -74,21 +90,17 @@ class ReadShares:
 
     def _next_share(self) -> None:
         self._scheduled = False
-        if not self._flow_reading or not self._held or self._transport.is_closing():
-            return  # the flow resumes it, or nothing is left
-        data = self._held
-        if len(data) > READ_SHARE:
-            self._held = data[READ_SHARE:]
-            data = data[:READ_SHARE]
-            self._schedule()
+        if not self._flow_reading or self._transport.is_closing():
+            return  # the flow resumes it
+        if self._held:
+            self._use(self._share(self._held))
         else:
-            self._held = b""
+            self._waiting = False
             self._sync()
-        self._use(data)
 
     def _sync(self) -> None:
-        """The socket is read while the flow allows it and nothing is held."""
-        should = self._flow_reading and not self._held
+        """The socket is read while the flow allows it and no share waits."""
+        should = self._flow_reading and not self._waiting
         if should != self._socket_reading:
             self._socket_reading = should
             if should:

@@ -14,6 +14,7 @@ import pika
 from pamqp import commands as spec
 
 from amqp_server.config import BrokerConfig
+from amqp_server.read_shares import READ_SHARE
 from amqp_server.testing import BrokerThread
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
@@ -110,8 +111,8 @@ class Acker:
 
 BACKLOG = 1000
 # Publishes read after a queue withheld credit, before the connection
-# stops being read: the rest of one read share (64 KB: 1 KB messages).
-SHARE_SLACK = 100
+# stops being read: at most the rest of one read share (of 1 KB messages).
+SHARE_SLACK = READ_SHARE // 1000
 
 
 def config(**overrides) -> BrokerConfig:

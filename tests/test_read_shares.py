@@ -47,6 +47,14 @@ def test_a_small_read_is_used_at_once():
     assert used == [b"x" * 100] and socket.calls == [] and loop.ready == []
 
 
+def test_a_full_read_keeps_the_socket_waiting_for_the_next_turn():
+    reading, socket, loop, used = shares()
+    reading.received(b"z" * READ_SHARE)
+    assert used == [b"z" * READ_SHARE] and socket.calls == ["pause"]
+    loop.turn()
+    assert socket.calls == ["pause", "resume"] and len(used) == 1
+
+
 def test_a_large_read_is_used_a_share_per_turn_and_the_socket_waits():
     reading, socket, loop, used = shares()
     data = bytes(range(256)) * (3 * READ_SHARE // 256 + 1)
@@ -62,7 +70,7 @@ def test_a_large_read_is_used_a_share_per_turn_and_the_socket_waits():
 
 def test_what_is_held_waits_while_the_flow_stops_reading_and_goes_first_after():
     reading, socket, loop, used = shares()
-    data = b"y" * (2 * READ_SHARE)
+    data = b"y" * (READ_SHARE + 1000)
     reading.received(data)
     reading.pause_reading()  # credit withheld during the first share
     loop.turn()
