@@ -179,14 +179,32 @@ class MessageStore:
         entry.segment = segment
         return generation
 
+    def enqueue_run(self, vhost: str, queue: str, entries: list) -> None:
+        """`enqueue` for entries published together, all persistent: each
+        message's `stored_gen` set, the log asked to flush once."""
+        append = self.log.append
+        for entry in entries:
+            message = entry.message
+            keys = message.routing_keys
+            record = ["E", vhost, queue, entry.seq, message.exchange, message.routing_key,
+                      message.header, message.body,
+                      list(keys) if keys != (message.routing_key,) else None,
+                      list(message.bcc) or None, entry.deadline]
+            entry.segment, message.stored_gen = append(
+                record, len(message.header) + len(message.body) + len(queue) + 48, 1, False)
+        self.log.request_flush()
+
     def remove(self, vhost: str, queue: str, entries) -> None:
         seqs = self._removed[(vhost, queue)]
+        released: dict[int, int] = {}  # segment -> records gone from it
         for entry in entries:
             segment = entry.segment
             if segment is not None:
                 entry.segment = None
                 seqs.append(entry.seq)
-                self.log.release(segment)
+                released[segment] = released.get(segment, 0) + 1
+        for segment, count in released.items():
+            self.log.release(segment, count)
         if not seqs:
             del self._removed[(vhost, queue)]
 

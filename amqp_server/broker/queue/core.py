@@ -365,8 +365,7 @@ class Queue:
         self.next_seq = seq + count
         self.published += count
         if self.store is not None:
-            for entry in entries:
-                self._persist(entry, entry.message)
+            self._persist_run(entries)
         if self.consumers and not self.ready:
             entries = self._hand_out(entries)
             if not entries:
@@ -416,6 +415,22 @@ class Queue:
         gives the entry its segment."""
         if message.persistent:
             message.stored_gen = self.store.enqueue(self.vhost, self.name, entry, message)
+
+    def _persist_run(self, entries: list) -> None:
+        """`_persist` for a run: messages that share a header object are
+        persistent alike, read once."""
+        persistent = []
+        header = None
+        keep = False
+        for entry in entries:
+            message = entry.message
+            if message.header is not header:
+                header = message.header
+                keep = message.persistent
+            if keep:
+                persistent.append(entry)
+        if persistent:
+            self.store.enqueue_run(self.vhost, self.name, persistent)
 
     def _append(self, entry: Entry, size: int) -> None:
         """A ready entry joins the tail, in memory or paged."""
