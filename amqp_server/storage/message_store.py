@@ -14,7 +14,9 @@ Records (msgpack lists, the first item says what it is):
 
 Removals and delivery marks are batched per flush; entries are appended at
 once.  A publisher waiting for a confirm waits for the flush that carries
-its entry (`generation`), never for a fixed interval.
+its entry (`generation`), never for a fixed interval.  An entry's record
+waits in the log's buffer as an `Enqueued`, which shares the message's
+header and body until the flush frames it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from zlib import crc32
 
 from dlx.redelivery import persists_count
 
@@ -64,6 +67,74 @@ class StoredEntry:
 class Recovered:
     queues: dict = field(default_factory=dict)  # (vhost, queue) -> [StoredEntry] by seq
     problems: list = field(default_factory=list)
+
+
+_HEAD = records.HEAD
+_ARRAY_OF_11 = b"\x9b"  # msgpack's fixarray head for an "E" record's 11 items
+_NO_EXTRAS = b"\xc0\xc0\xc0"  # routing keys, BCC and deadline all nil
+
+
+def _bin_head(size: int) -> bytes:
+    """msgpack's head of a bin of `size` bytes (bin 8, 16 or 32)."""
+    if size < 0x100:
+        return bytes((0xC4, size))
+    if size < 0x10000:
+        return b"\xc5" + size.to_bytes(2, "big")
+    return b"\xc6" + size.to_bytes(4, "big")
+
+
+class Enqueued:
+    """An "E" record waiting in the log's buffer: what its list holds,
+    sharing the message's header and body.  At the flush it frames itself
+    (`frame_into`) byte for byte as records.encode frames the list
+    (`as_list`), but with the body written as it is after its msgpack head,
+    not packed into a copy first, and the fields a run of them shares (the
+    queue, the exchange and routing key, a header object) packed once."""
+
+    __slots__ = ("vhost", "queue", "seq", "exchange", "routing_key", "header", "body",
+                 "keys", "bcc", "deadline")
+
+    def __init__(self, vhost: str, queue: str, entry, message) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.seq = entry.seq
+        self.exchange = message.exchange
+        self.routing_key = message.routing_key
+        self.header = message.header
+        self.body = message.body
+        keys = message.routing_keys
+        self.keys = list(keys) if keys != (message.routing_key,) else None
+        self.bcc = list(message.bcc) or None
+        self.deadline = entry.deadline
+
+    def as_list(self) -> list:
+        return ["E", self.vhost, self.queue, self.seq, self.exchange, self.routing_key,
+                self.header, self.body, self.keys, self.bcc, self.deadline]
+
+    def frame_into(self, parts: list, memo: dict, pack) -> None:
+        """Append the framed record's pieces to `parts`; `memo` is the
+        flush's, shared by the records framed in it."""
+        last = memo.get(Enqueued)
+        if last is None:
+            last = memo[Enqueued] = [None] * 8
+        if self.vhost is not last[0] or self.queue is not last[1]:
+            last[0], last[1] = self.vhost, self.queue
+            last[2] = _ARRAY_OF_11 + pack("E") + pack(self.vhost) + pack(self.queue)
+        if self.exchange is not last[3] or self.routing_key is not last[4]:
+            last[3], last[4] = self.exchange, self.routing_key
+            last[5] = pack(self.exchange) + pack(self.routing_key)
+        if self.header is not last[6]:
+            last[6] = self.header
+            last[7] = pack(self.header)
+        body = self.body
+        lead = b"".join((last[2], pack(self.seq), last[5], last[7], _bin_head(len(body))))
+        if self.keys is None and self.bcc is None and self.deadline is None:
+            tail = _NO_EXTRAS
+        else:
+            tail = pack(self.keys) + pack(self.bcc) + pack(self.deadline)
+        crc = crc32(tail, crc32(body, crc32(lead)))
+        parts += (_HEAD.pack(records.MAGIC, len(lead) + len(body) + len(tail), crc), lead,
+                  body, tail)
 
 
 class MessageStore:
@@ -167,15 +238,9 @@ class MessageStore:
     def enqueue(self, vhost: str, queue: str, entry, message) -> int:
         """Append an entry; sets entry.segment, returns the generation whose
         flush makes it durable."""
-        keys = message.routing_keys
-        # Encoded by the writer thread: until then the record shares the
-        # message's header and body instead of copying them.
-        record = ["E", vhost, queue, entry.seq, message.exchange, message.routing_key,
-                  message.header, message.body,
-                  list(keys) if keys != (message.routing_key,) else None,
-                  list(message.bcc) or None, entry.deadline]
         size = len(message.header) + len(message.body) + len(queue) + 48
-        segment, generation = self.log.append(record, size, live=1)
+        segment, generation = self.log.append(Enqueued(vhost, queue, entry, message), size,
+                                              live=1)
         entry.segment = segment
         return generation
 
@@ -185,13 +250,9 @@ class MessageStore:
         append = self.log.append
         for entry in entries:
             message = entry.message
-            keys = message.routing_keys
-            record = ["E", vhost, queue, entry.seq, message.exchange, message.routing_key,
-                      message.header, message.body,
-                      list(keys) if keys != (message.routing_key,) else None,
-                      list(message.bcc) or None, entry.deadline]
             entry.segment, message.stored_gen = append(
-                record, len(message.header) + len(message.body) + len(queue) + 48, 1, False)
+                Enqueued(vhost, queue, entry, message),
+                len(message.header) + len(message.body) + len(queue) + 48, 1, False)
         self.log.request_flush()
 
     def remove(self, vhost: str, queue: str, entries) -> None:

@@ -15,7 +15,7 @@ import zlib
 import msgpack
 
 MAGIC = b"\xa5\x5a"
-_HEAD = struct.Struct(">2sII")  # magic, payload length, crc32
+_HEAD = HEAD = struct.Struct(">2sII")  # magic, payload length, crc32
 HEAD_SIZE = _HEAD.size
 MAX_RECORD = 256 << 20  # larger than any message the broker accepts, plus framing
 

@@ -224,17 +224,23 @@ class SegmentLog:
 
     def _encode(self, batch: list[tuple[int, list]]) -> list[list]:
         """The buffered records encoded, as [segment number, bytes] for
-        each run of them in one segment, in order."""
+        each run of them in one segment, in order.  A record is a list,
+        packed here, or an object that frames itself
+        (`frame_into(parts, memo, pack)`: message_store.Enqueued)."""
         pack = self._pack
         head = records.frame_head
         chunks: list[list] = []
         number = None
         parts: list[bytes] = []
+        memo: dict = {}
         for segment, record in batch:
             if segment != number:
                 if parts:
                     chunks.append([number, b"".join(parts)])
                 number, parts = segment, []
+            if type(record) is not list:
+                record.frame_into(parts, memo, pack)
+                continue
             body = pack(record)
             parts.append(head(body))
             parts.append(body)
