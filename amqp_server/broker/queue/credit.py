@@ -44,6 +44,8 @@ and paged, and their body bytes):
 
 from __future__ import annotations
 
+from functools import cache
+
 # How far the backlog of a queue with consumers may grow past its base
 # before publishers wait (the config's credit_flow_backlog and
 # credit_flow_backlog_bytes); they go on once it has drained back to half
@@ -56,26 +58,31 @@ HIGH_BYTES = 64 << 20
 _NONE: tuple = ()
 
 
+@cache
+def _marks(count: int, size: int) -> tuple[int, int, int, int]:
+    """(high count, low count, high bytes, low bytes), one tuple shared by
+    every queue with the same limits."""
+    return (count if count > 0 else 1 << 62, count // 2,
+            size if size > 0 else 1 << 62, size // 2)
+
+
 class Credit:
     __slots__ = ("base_count", "base_bytes", "withholding", "waiting", "stalled",
-                 "_delivered", "_quiet_ticks", "_high_count", "_low_count", "_high_bytes",
-                 "_low_bytes")
+                 "_delivered", "_quiet_ticks", "_marks")
 
     def __init__(self, count: int = HIGH_COUNT, size: int = HIGH_BYTES) -> None:
         self.set_limits(count, size)
         self.base_count = 0
         self.base_bytes = 0
         self.withholding = False
-        self.waiting: set = set()
+        # A set once a publisher waits (a broker may have 100,000 queues).
+        self.waiting: set | tuple = _NONE
         self.stalled = False  # took nothing for a tick: withholds nothing until it delivers
         self._delivered = -1  # the delivery count at the last tick
         self._quiet_ticks = 0
 
     def set_limits(self, count: int, size: int) -> None:
-        self._high_count = count if count > 0 else 1 << 62
-        self._low_count = count // 2
-        self._high_bytes = size if size > 0 else 1 << 62
-        self._low_bytes = size // 2
+        self._marks = _marks(count, size)
 
     def consumers_came(self, count: int, size: int) -> None:
         self.base_count = count
@@ -84,7 +91,8 @@ class Credit:
     def grew(self, count: int, size: int) -> bool:
         if self.withholding or self.stalled:
             return self.withholding
-        if count - self.base_count > self._high_count or size - self.base_bytes > self._high_bytes:
+        high_count, _, high_bytes, _ = self._marks
+        if count - self.base_count > high_count or size - self.base_bytes > high_bytes:
             self.withholding = True
             self._quiet_ticks = 0
         return self.withholding
@@ -96,21 +104,27 @@ class Credit:
             self.base_count = count
         if size < self.base_bytes:
             self.base_bytes = size
-        if (self.withholding and count - self.base_count <= self._low_count
-                and size - self.base_bytes <= self._low_bytes):
+        if not self.withholding:
+            return _NONE
+        _, low_count, _, low_bytes = self._marks
+        if count - self.base_count <= low_count and size - self.base_bytes <= low_bytes:
             return self.release()
         return _NONE
 
     def wait(self, sender) -> None:
-        self.waiting.add(sender)
+        waiting = self.waiting
+        if not isinstance(waiting, set):
+            waiting = self.waiting = set()
+        waiting.add(sender)
 
     def forget(self, sender) -> None:
-        self.waiting.discard(sender)
+        if isinstance(self.waiting, set):
+            self.waiting.discard(sender)
 
     def release(self):
         """Credit to every waiting publisher; none is withheld now."""
         self.withholding = False
-        waiting, self.waiting = self.waiting, set()
+        waiting, self.waiting = self.waiting, _NONE
         return waiting
 
     def tick(self, delivered: int):
