@@ -146,7 +146,7 @@ def enqueue(queues, message: Message, sender=None) -> Outcome:
             if refused is None:
                 refused = []
             refused.append(queue)
-        if queue.withholds_credit and sender is not None:
+        if sender is not None and queue.withholds_credit:
             sender.wait_for(queue)
     if refused is None:
         return ACCEPTED

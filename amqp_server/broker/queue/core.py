@@ -443,7 +443,10 @@ class Queue:
     def _grew(self) -> None:
         """Appended to while it has consumers: past its high mark it
         withholds credit from its publishers (credit.py)."""
-        if self.credit.grew(self.message_count, self.ready_bytes):
+        credit = self.credit
+        count = len(self.ready) + self.pager.count
+        if ((count > credit.mark or self.ready_bytes > credit.mark_bytes)
+                and credit.grew(count, self.ready_bytes)):
             self.withholds_credit = True
 
     def _drop_head(self) -> list:

@@ -68,10 +68,9 @@ def _marks(count: int, size: int) -> tuple[int, int, int, int]:
 
 class Credit:
     __slots__ = ("base_count", "base_bytes", "withholding", "waiting", "stalled",
-                 "_delivered", "_quiet_ticks", "_marks")
+                 "_delivered", "_quiet_ticks", "_marks", "mark", "mark_bytes")
 
     def __init__(self, count: int = HIGH_COUNT, size: int = HIGH_BYTES) -> None:
-        self.set_limits(count, size)
         self.base_count = 0
         self.base_bytes = 0
         self.withholding = False
@@ -80,13 +79,25 @@ class Credit:
         self.stalled = False  # took nothing for a tick: withholds nothing until it delivers
         self._delivered = -1  # the delivery count at the last tick
         self._quiet_ticks = 0
+        self.set_limits(count, size)
 
     def set_limits(self, count: int, size: int) -> None:
         self._marks = _marks(count, size)
+        self._moved()
+
+    def _moved(self) -> None:
+        """The base or the limits changed: past `mark` messages or
+        `mark_bytes` bytes the queue asks `grew` (checked by the queue
+        before the call, once per message appended)."""
+        high_count, _, high_bytes, _ = self._marks
+        # (From no base, the shared marks themselves: no int objects per queue.)
+        self.mark = self.base_count + high_count if self.base_count else high_count
+        self.mark_bytes = self.base_bytes + high_bytes if self.base_bytes else high_bytes
 
     def consumers_came(self, count: int, size: int) -> None:
         self.base_count = count
         self.base_bytes = size
+        self._moved()
 
     def grew(self, count: int, size: int) -> bool:
         if self.withholding or self.stalled:
@@ -100,10 +111,10 @@ class Credit:
     def drained(self, count: int, size: int, delivered: int):
         if self.stalled and delivered != self._delivered:
             self.stalled = False  # it delivers again
-        if count < self.base_count:
-            self.base_count = count
-        if size < self.base_bytes:
-            self.base_bytes = size
+        if count < self.base_count or size < self.base_bytes:
+            self.base_count = min(count, self.base_count)
+            self.base_bytes = min(size, self.base_bytes)
+            self._moved()
         if not self.withholding:
             return _NONE
         _, low_count, _, low_bytes = self._marks
