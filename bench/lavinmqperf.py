@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pika
 
+from .__main__ import start_our_broker
 from .procinfo import tree_pids, tree_rss_bytes
 
 SHAPES = {
@@ -173,16 +174,8 @@ class Broker:
 
 def start_ours(name: str, checkout: str | None) -> Broker:
     scratch = tempfile.mkdtemp(prefix="amqp-perf-")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--port", "0", "--management-port", "-1",
-         "--prometheus-port", "-1", "--data-dir", scratch, "--log-level", "warning"],
-        stdout=subprocess.PIPE, text=True, cwd=checkout)
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"{name}: broker did not start: {line!r}")
-    port = int(line.rsplit(":", 1)[1])
-    return Broker(name, f"amqp://guest:guest@127.0.0.1:{port}/%2F", proc.pid, proc, scratch)
+    proc, url = start_our_broker(scratch, checkout)
+    return Broker(name, url, proc.pid, proc, scratch)
 
 
 def start_lavinmq(tools: Path) -> Broker:

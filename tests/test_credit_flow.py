@@ -6,8 +6,6 @@ of it (protocol/flow.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from amqp_server.broker.broker import Broker
 from amqp_server.broker.queue import Queue
 from amqp_server.broker.queue.credit import Credit
@@ -15,6 +13,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.protocol.flow import CREDIT, ChannelCredit, Flow
 from amqp_server.wire.table import FieldTable
 from policies.effective import resolve
+from tests.test_flow_control import Resources, Transport
 from tests.test_queue_deaths import FakeClock, message
 
 # ---- the credit part -------------------------------------------------------
@@ -232,23 +231,6 @@ def test_a_publish_into_a_queue_that_withholds_credit_tells_the_sender():
 
 
 # ---- the connection's flow --------------------------------------------------
-
-
-@dataclass
-class Resources:
-    alarms: set = field(default_factory=set)
-    store_busy: bool = False
-
-
-@dataclass
-class Transport:
-    calls: list = field(default_factory=list)
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
 
 
 class Seconds:

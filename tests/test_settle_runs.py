@@ -86,6 +86,16 @@ def test_an_unknown_tag_settles_those_before_it_and_closes_the_channel():
     assert [e.message.body for e in work.ready] == [b"m2", b"m3", b"m4"]  # back, unacked
 
 
+def read_in_pieces(conn, data: bytes, cuts: list[int]) -> None:
+    """`data` handed to the connection in reads of the sizes in `cuts`, the
+    rest in one last read."""
+    pos = 0
+    for cut in cuts:
+        conn.receive_data(data[pos:pos + cut])
+        pos += cut
+    conn.receive_data(data[pos:])
+
+
 def multiple_ack(tag: int):
     return make(spec.Basic.Ack, delivery_tag=tag, multiple=True)
 
@@ -128,11 +138,7 @@ def test_multiple_acks_split_anyhow_give_what_one_frame_at_a_time_gives(tags, cu
         conn.receive_data(frames.method_frame(1, multiple_ack(tag)))
     one_by_one = after_acks(broker, conn)
     broker, conn = set_up(40)
-    pos = 0
-    for cut in cuts:
-        conn.receive_data(data[pos:pos + cut])
-        pos += cut
-    conn.receive_data(data[pos:])
+    read_in_pieces(conn, data, cuts)
     assert after_acks(broker, conn) == one_by_one
 
 
@@ -147,11 +153,7 @@ def test_any_split_into_reads_gives_what_one_frame_at_a_time_gives(kinds, cuts):
         conn.receive_data(frames.method_frame(1, SETTLES[kind](tag)))
     one_by_one = state(broker, conn)
     broker, conn = set_up(len(kinds))
-    pos = 0
-    for cut in cuts:
-        conn.receive_data(data[pos:pos + cut])
-        pos += cut
-    conn.receive_data(data[pos:])
+    read_in_pieces(conn, data, cuts)
     assert state(broker, conn) == one_by_one
 
 
