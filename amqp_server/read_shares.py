@@ -49,6 +49,9 @@ class ReadShares:
 
     def received(self, data: bytes) -> None:
         """A read: its first share now, the rest in later turns."""
+        if not self._waiting and len(data) < READ_SHARE:
+            self._use(data)  # the usual read: nothing held, nothing to hold
+            return
         if self._waiting:  # a transport that delivers a read after its pause (TLS)
             self._held += data
             return
