@@ -478,8 +478,11 @@ class Queue:
             self._dispatch(now)
         else:
             self._dispatch()
-        self._granted(self.credit.drained(self.message_count, self.ready_bytes,
-                                          self.delivered))
+        credit = self.credit
+        count = len(self.ready) + self.pager.count
+        if (credit.withholding or credit.stalled or count < credit.base_count
+                or self.ready_bytes < credit.base_bytes):  # else nothing for it to do
+            self._granted(credit.drained(count, self.ready_bytes, self.delivered))
 
     def _dispatch(self, now: float | None = None) -> None:
         """The delivery loop: a single consumer takes batches, several take
