@@ -88,6 +88,13 @@ class CpuCap:
         """Back into the root group: uncapped."""
         _move(threads, CGROUP_ROOT / "tasks")
 
+    def remove(self) -> None:
+        """The group goes once nothing is left in it."""
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
 
 def _threads(pid: int) -> list[int]:
     found = []
@@ -374,6 +381,7 @@ def main() -> int:
     finally:
         for broker in brokers:
             broker.stop()
+        cap.remove()
     return 0
 
 
