@@ -246,7 +246,7 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
             counters.publishes(len(messages), bool(queues), mandatory, confirm)
             for queue in queues:
                 queue.enqueue_run(messages, layouts)
-                if queue.withholds_credit and sender is not None:
+                if sender is not None and queue.withholds_credit:
                     sender.wait_for(queue)
             if answer_run is not None:
                 answer_run(messages, outcome, mandatory)

@@ -8,11 +8,12 @@ credit is not read ('flow'), so that no process is handed messages faster
 than it works.  Here the queue takes a message in at once, in the same
 turn of the loop; what can fall behind is its consumers' share of the
 loop.  So a queue grants credit by draining: while it has consumers and
-its ready messages stay within HIGH_COUNT (and HIGH_BYTES) of the fewest
-it has held since its consumers came (`base`, which follows the backlog
-down), its publishers go on; past that it withholds credit, and every
-connection that publishes into it stops being read (protocol/flow.py)
-until it has drained back to within LOW_COUNT and LOW_BYTES of its base.
+its ready messages stay within a high mark (HIGH_COUNT messages and
+HIGH_BYTES bytes by default) of the fewest it has held since its
+consumers came (`base`, which follows the backlog down), its publishers
+go on; past that it withholds credit, and every connection that publishes
+into it stops being read (protocol/flow.py) until it has drained back to
+within half of the marks.
 A queue with no consumers never withholds credit: it fills as it always
 did, up to its limits and the memory alarm.
 
