@@ -108,6 +108,13 @@ class BrokerConfig:
     # Below this many free bytes on the data directory's disk, publishers are
     # blocked (connection.blocked) until space returns (RabbitMQ's default).
     disk_free_limit: int = 50_000_000
+    # Credit flow (broker/queue/credit.py): a queue with consumers may grow
+    # by this many ready messages (or body bytes) past the fewest it held
+    # since they came before the connections publishing into it stop being
+    # read ('flow'); they are read again once it has drained back by half.
+    # 0 turns that limit off.
+    credit_flow_backlog: int = 20_000
+    credit_flow_backlog_bytes: int = 64 << 20
     # The dead-letter log in <data_dir>/dead-letters: files roll at a size or
     # an age; the oldest go once all together pass the retention size; bodies
     # up to the limit are kept in full (larger ones as size and digest only).
@@ -232,6 +239,9 @@ class BrokerConfig:
         if not 0 < self.max_message_size <= _MAX_MESSAGE_SIZE_LIMIT:
             raise ConfigError("max_message_size must be between 1 and "
                               f"{_MAX_MESSAGE_SIZE_LIMIT}, got {self.max_message_size}")
+        for key in ("credit_flow_backlog", "credit_flow_backlog_bytes"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key} must be 0 (off) or more, got {getattr(self, key)}")
         if not 0 <= self.vm_memory_high_watermark <= 1:
             raise ConfigError("vm_memory_high_watermark must be a fraction between 0 and 1, "
                               f"got {self.vm_memory_high_watermark}")
@@ -330,7 +340,7 @@ _ALERT_KEYS = ("dead_letter_alert_growth", "dead_letter_alert_growth_window",
                "dead_letter_alert_rate_window", "dead_letter_alert_held_for",
                "dead_letter_alert_interval")
 _SIZE_KEYS = ("disk_free_limit", "vm_memory_high_watermark_absolute", "max_message_size",
-              "paging_threshold_bytes")
+              "paging_threshold_bytes", "credit_flow_backlog_bytes")
 _MAX_MESSAGE_SIZE_LIMIT = 512 << 20
 # RabbitMQ's information units: kB/MB/GB are powers of ten, KiB/MiB/GiB of two.
 _UNITS = {"": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -1,7 +1,8 @@
 """The asyncio shell: sockets, timers and flushing around `Connection`.
 
-`data_received` feeds the sans-IO connection and writes what it produced in
-one transport write; deliveries triggered by other connections schedule a
+`data_received` feeds the sans-IO connection, a share of each read per
+turn of the loop (read_shares.py), and writes what it produced in one
+transport write; deliveries triggered by other connections schedule a
 single flush per loop iteration.  Heartbeat, handshake and close timers live
 here because they need a clock.
 """
@@ -25,6 +26,7 @@ from .management.api import ManagementServer
 from .management.prometheus_listener import PrometheusServer
 from .protocol.connection import CLOSING, OPEN, Connection
 from .protocol.flow import WRITE_HIGH_WATER, WRITE_LOW_WATER
+from .read_shares import ReadShares
 
 log = logging.getLogger("amqp_server")
 
@@ -58,7 +60,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn.local_host, self.conn.local_port = local[0], local[1]
         self.conn.tls = transport.get_extra_info("sslcontext") is not None
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
-        self.conn.flow.attach(transport)
+        # Reading goes through the shares, a share of the loop per turn.
+        self._shares = ReadShares(transport, self.loop.call_soon, self._read)
+        self.conn.flow.attach(self._shares)
         self.server.protocols.add(self)
         self._timers["handshake"] = self.loop.call_later(
             self.server.broker.config.handshake_timeout / 1000, self._handshake_expired)
@@ -68,6 +72,10 @@ class AMQPProtocol(asyncio.Protocol):
             data = self._forwarded(data)
             if not data:
                 return
+        self._shares.received(data)
+
+    def _read(self, data: bytes) -> None:
+        """A share of what was read (read_shares.py): the connection reads it."""
         conn = self.conn
         conn.receive_data(data)
         conn.flow.after_read()  # a new publisher, or reading resumed meanwhile
@@ -325,6 +333,7 @@ class Server:
         self._reaper = None
         self._resource_check = None
         self._ack_deadlines = None
+        self._credit_check = None
         self._address_scan = None
         self._dead_letter_watch = None
         self.management: ManagementServer | None = None
@@ -360,6 +369,7 @@ class Server:
             self._reaper = broker.timers.call_every(period / 1000.0, broker.sweep)
         self._resource_check = broker.timers.call_every(1.0, broker.check_resources)
         self._ack_deadlines = broker.timers.call_every(1.0, broker.check_ack_deadlines)
+        self._credit_check = broker.timers.call_every(1.0, broker.check_credit)
         self._dead_letter_watch = broker.timers.call_every(1.0, broker.watch_dead_letters)
         period = broker.config.address_queue_scan_period
         if period > 0:
@@ -440,7 +450,7 @@ class Server:
             if listener is not None:
                 listener.close()
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan, self._dead_letter_watch):
+                      self._credit_check, self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for http in (self.management, self.prometheus):
@@ -468,7 +478,7 @@ class Server:
             return
         self._storage_closed = True
         for timer in (self._reaper, self._resource_check, self._ack_deadlines,
-                      self._address_scan, self._dead_letter_watch):
+                      self._credit_check, self._address_scan, self._dead_letter_watch):
             if timer is not None:
                 timer.cancel()
         for listener in (self._server, self._tls_server):

@@ -257,6 +257,11 @@ def test_a_multiple_ack_is_a_settle_of_its_own():
         ("settle", 1, 80, [5], True, False), ("settle", 1, 80, [6], False, False)]
 
 
+def test_multiple_acks_read_back_to_back_are_one_settle():
+    data = ack(5, multiple=True) + ack(6, multiple=True) + ack(9, multiple=True)
+    assert read(data) == [("settle", 1, 80, [5, 6, 9], True, False)]
+
+
 def test_a_multiple_nack_is_a_method():
     data = method(1, spec.Basic.Nack, delivery_tag=5, multiple=True, requeue=True)
     assert read(data) == [("method", 1, data[7:-1])]

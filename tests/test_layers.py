@@ -19,6 +19,7 @@ SEMANTICS = WIRE | {"dlx"}  # the pure fate decisions and their field values
 ALLOWED: dict[str, set[str]] = {
     "amqp_server.errors": set(),
     "amqp_server.loops": set(),
+    "amqp_server.read_shares": set(),
     "amqp_server.wire": {"amqp_server.errors"},
     "dlx": {"amqp_server.wire"},
     "policies": {"dlx", "amqp_server.wire"},
@@ -40,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
         "amqp_server.broker", "amqp_server.protocol", "amqp_server.remote_publisher"},
     "amqp_server.server": SEMANTICS | {
         "policies", "amqp_server.config", "amqp_server.storage", "amqp_server.cluster",
-        "amqp_server.broker", "amqp_server.protocol", "amqp_server.management"},
+        "amqp_server.broker", "amqp_server.protocol", "amqp_server.management",
+        "amqp_server.read_shares"},
     # The command-line tool speaks to a broker over HTTP and AMQP only.
     "policies.ctl": {"policies", "dlx", "amqp_server.wire", "amqp_server.remote_publisher"},
     # The audit reads the dead-letter log's and the streams' files, never

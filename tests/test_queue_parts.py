@@ -88,6 +88,10 @@ class FakeStore:
         self.log.append(("E", entry.seq))
         return 1
 
+    def enqueue_run(self, vhost, queue, entries) -> None:
+        for entry in entries:
+            entry.message.stored_gen = self.enqueue(vhost, queue, entry, entry.message)
+
     def delivered(self, vhost, queue, entry) -> None:
         self.delivered_seqs.append(entry.seq)
 

@@ -1,6 +1,8 @@
 """Single acks, rejects and nacks read back to back (one per delivery, as
-pika, aio-pika and Celery send them) are settled in one step; what a client
-observes must be what one frame at a time gives.  Driven in memory."""
+pika, aio-pika and Celery send them), and multiple acks read back to back
+(one per delivery, as lavinmqperf sends them), are settled in one step;
+what a client observes must be what one frame at a time gives.  Driven in
+memory."""
 
 from __future__ import annotations
 
@@ -83,6 +85,62 @@ def test_an_unknown_tag_settles_those_before_it_and_closes_the_channel():
     assert [e.message.body for e in work.ready] == [b"m2", b"m3", b"m4"]  # back, unacked
 
 
+def read_in_pieces(conn, data: bytes, cuts: list[int]) -> None:
+    """`data` handed to the connection in reads of the sizes in `cuts`, the
+    rest in one last read."""
+    pos = 0
+    for cut in cuts:
+        conn.receive_data(data[pos:pos + cut])
+        pos += cut
+    conn.receive_data(data[pos:])
+
+
+def multiple_ack(tag: int):
+    return make(spec.Basic.Ack, delivery_tag=tag, multiple=True)
+
+
+def test_multiple_acks_read_together_settle_what_the_last_one_names():
+    broker, conn = set_up(10)
+    conn.receive_data(b"".join(frames.method_frame(1, multiple_ack(tag)) for tag in (2, 3, 7)))
+    assert sorted(conn.channels[1].unacked) == [8, 9, 10]
+    assert methods(conn.data_to_send()) == []
+    assert broker.vhosts["/"].queues["work"].unacked == 3
+
+
+def test_a_multiple_ack_of_a_settled_tag_among_others_closes_the_channel_after_the_first():
+    broker, conn = set_up(10)
+    conn.receive_data(b"".join(frames.method_frame(1, multiple_ack(tag)) for tag in (4, 2, 7)))
+    closed = [m for m in methods(conn.data_to_send()) if isinstance(m, spec.Channel.Close)]
+    assert [(m.reply_code, m.class_id, m.method_id) for m in closed] == [(406, 60, 80)]
+    work = broker.vhosts["/"].queues["work"]
+    # 1-4 acknowledged; 5-10 back in the queue when the channel closed.
+    assert [e.message.body for e in work.ready] == [b"m%d" % n for n in range(4, 10)]
+
+
+def after_acks(broker, conn) -> tuple:
+    """What is back in work, what is still outstanding (None: the channel
+    was closed) and what the client was told."""
+    channel = conn.channels.get(1)
+    return (sorted(entry.message.body for entry in broker.vhosts["/"].queues["work"].ready),
+            sorted(channel.unacked) if channel is not None else None,
+            [(type(m).__name__, getattr(m, "reply_code", None))
+             for m in methods(conn.data_to_send())])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=25),
+       st.lists(st.integers(1, 200), max_size=12))
+def test_multiple_acks_split_anyhow_give_what_one_frame_at_a_time_gives(tags, cuts):
+    data = b"".join(frames.method_frame(1, multiple_ack(tag)) for tag in tags)
+    broker, conn = set_up(40)
+    for tag in tags:
+        conn.receive_data(frames.method_frame(1, multiple_ack(tag)))
+    one_by_one = after_acks(broker, conn)
+    broker, conn = set_up(40)
+    read_in_pieces(conn, data, cuts)
+    assert after_acks(broker, conn) == one_by_one
+
+
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.sampled_from(sorted(SETTLES)), min_size=1, max_size=30),
        st.lists(st.integers(1, 200), max_size=12))
@@ -94,11 +152,7 @@ def test_any_split_into_reads_gives_what_one_frame_at_a_time_gives(kinds, cuts):
         conn.receive_data(frames.method_frame(1, SETTLES[kind](tag)))
     one_by_one = state(broker, conn)
     broker, conn = set_up(len(kinds))
-    pos = 0
-    for cut in cuts:
-        conn.receive_data(data[pos:pos + cut])
-        pos += cut
-    conn.receive_data(data[pos:])
+    read_in_pieces(conn, data, cuts)
     assert state(broker, conn) == one_by_one
 
 
@@ -117,3 +171,16 @@ def test_acks_read_together_on_a_channel_never_opened_are_a_channel_error():
     conn.receive_data(b"".join(frames.method_frame(7, SETTLES["ack"](tag)) for tag in (1, 2)))
     close = methods(conn.data_to_send())[-1]
     assert (type(close), close.reply_code) == (spec.Connection.Close, 504)
+
+
+def test_a_multiple_ack_takes_deliveries_a_rollback_gave_back():
+    broker, conn = set_up(6)
+    call(conn, 1, make(spec.Tx.Select))
+    conn.receive_data(frames.method_frame(1, multiple_ack(4)))
+    call(conn, 1, make(spec.Tx.Rollback))
+    assert sorted(conn.channels[1].unacked) == [1, 2, 3, 4, 5, 6]
+    call(conn, 1, make(spec.Tx.Select))  # (still transactional; commit settles)
+    conn.receive_data(frames.method_frame(1, multiple_ack(2)))
+    call(conn, 1, make(spec.Tx.Commit))
+    assert sorted(conn.channels[1].unacked) == [3, 4, 5, 6]
+    assert broker.vhosts["/"].queues["work"].unacked == 4

@@ -4,6 +4,7 @@ deletion, and restarts of every kind of definition."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from amqp_server.storage import records
 from amqp_server.storage.message_store import MessageStore
@@ -267,3 +268,52 @@ def test_malformed_records_with_good_checksums_are_skipped(tmp_path):
     recovered = MessageStore(tmp_path).recover()
     assert [entry.seq for entry in recovered.queues[("/", "q")]] == [0]
     assert all(not entries for key, entries in recovered.queues.items() if key != ("/", "q"))
+
+
+# ---- an entry's record frames itself as its list would be framed ----------
+
+_texts = st.text(max_size=300)
+_blobs = st.one_of(st.binary(max_size=300), st.sampled_from([b"", b"x" * 255, b"x" * 256,
+                                                            b"y" * 65535, b"y" * 65536]))
+
+
+@st.composite
+def enqueued(draw, shared: dict):
+    """An Enqueued whose fields are, at random, those of the record before
+    (the same objects, as a run's are) or new ones."""
+    from amqp_server.storage.message_store import Enqueued
+
+    def field(name, strategy):
+        if shared.get(name) is not None and draw(st.booleans()):
+            return shared[name]
+        shared[name] = draw(strategy)
+        return shared[name]
+
+    record = Enqueued.__new__(Enqueued)
+    record.vhost = field("vhost", _texts)
+    record.queue = field("queue", _texts)
+    record.seq = draw(st.integers(0, 2**63))
+    record.exchange = field("exchange", _texts)
+    record.routing_key = field("routing_key", _texts)
+    record.header = field("header", _blobs)
+    record.body = draw(_blobs)
+    record.keys = draw(st.one_of(st.none(), st.lists(_texts, max_size=3)))
+    record.bcc = draw(st.one_of(st.none(), st.lists(_texts, min_size=1, max_size=2)))
+    record.deadline = draw(st.one_of(st.none(), st.integers(0, 2**53), st.floats(0, 1e15)))
+    record.annotations = draw(st.one_of(
+        st.none(), st.dictionaries(st.sampled_from(["failed", "acquired"]),
+                                   st.integers(0, 100), min_size=1)))
+    return record
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_run_of_enqueue_records_frames_as_their_lists_do(data):
+    shared: dict = {}
+    run = [data.draw(enqueued(shared)) for _ in range(data.draw(st.integers(1, 6)))]
+    parts: list = []
+    memo: dict = {}
+    pack = records.packer().pack
+    for record in run:
+        record.frame_into(parts, memo, pack)
+    assert b"".join(parts) == b"".join(records.encode(record.as_list()) for record in run)

@@ -98,6 +98,8 @@ class Broker:
                 permits=self.config.permit_deprecated_features)
             vhost.counters = self.counters
             vhost.replies = self.replies
+            vhost.credit_limits = (self.config.credit_flow_backlog,
+                                   self.config.credit_flow_backlog_bytes)
             if self.journal is not None:
                 self.attach(vhost)
                 self.journal.vhost_added(name, vhost.metadata)
@@ -253,6 +255,15 @@ class Broker:
         """Artemis's address-queue scan: delete the unused auto-created
         DLQ./EXP. queues.  Returns how many went."""
         return sum(vhost.auto_created.scan() for vhost in list(self.vhosts.values()))
+
+    def check_credit(self) -> None:
+        """Once a second: each queue that withholds credit from a connection
+        looks whether its consumers still take anything (queue/credit.py:
+        a stuck one lets its publishers go)."""
+        queues = {queue for connection in self.connections
+                  for queue in connection.flow.withheld}
+        for queue in queues:
+            queue.credit_tick()
 
     def check_ack_deadlines(self) -> None:
         """Consumer timeouts: every connection closes its channels whose

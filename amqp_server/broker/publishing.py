@@ -18,7 +18,10 @@ The steps, in rabbit_channel's order:
    alternates; from the default exchange, a routing key naming a direct
    reply-to consumer reaches it on the way (rabbit_exchange:route);
 3. enqueue into every routed queue, noting the queues that refuse it
-   (overflow reject-publish);
+   (overflow reject-publish); a queue that withholds credit (it grows
+   faster than its consumers drain it: queue/credit.py) is told to the
+   publisher's `sender` (a channel's: protocol/flow.py), whose connection
+   then waits for it;
 4. count it (broker/counters.py: what RabbitMQ's global counters count).
 
 The result is an `Outcome`, from which the publisher answers: a channel's
@@ -132,8 +135,9 @@ def route(vhost, exchange, message: Message):
     return queues
 
 
-def enqueue(queues, message: Message) -> Outcome:
-    """Into every routed queue; a refusal stops none of the others."""
+def enqueue(queues, message: Message, sender=None) -> Outcome:
+    """Into every routed queue; a refusal stops none of the others.
+    `sender`: who waits for a queue that withholds credit."""
     if not queues:
         return UNROUTED
     refused = None
@@ -142,6 +146,8 @@ def enqueue(queues, message: Message) -> Outcome:
             if refused is None:
                 refused = []
             refused.append(queue)
+        if sender is not None and queue.withholds_credit:
+            sender.wait_for(queue)
     if refused is None:
         return ENQUEUED
     return Outcome(True, len(refused) < len(queues), tuple(refused))
@@ -150,10 +156,12 @@ def enqueue(queues, message: Message) -> Outcome:
 # ---- the virtual host's methods -----------------------------------------
 
 def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bool = False,
-            reply_name: str | None = None, layout=None) -> Outcome:
+            reply_name: str | None = None, layout=None, sender=None) -> Outcome:
     """A publish from a client (a channel, the management API), checked,
     routed, enqueued and counted.  `mandatory` and `confirm` say how it is
-    counted; answering it is the publisher's part."""
+    counted; answering it is the publisher's part.  `sender`: a channel's
+    (protocol/flow.py ChannelCredit), which waits for queues that withhold
+    credit."""
     exchange = exchange_for(vhost, message.exchange, grant)
     header = message.header
     if header[HEADER_PREFIX] & CHECK_FLAGS or header[HEADER_PREFIX + 1] & USER_ID_FLAG:
@@ -162,14 +170,14 @@ def publish(vhost, message: Message, grant, mandatory: bool = False, confirm: bo
         # The layout found on arrival holds while the header is the one
         # that arrived (a BCC or reply-to check may have replaced it).
         exchange.check_delay(message, layout if message.header is header else None)
-    outcome = enqueue(route(vhost, exchange, message), message)
+    outcome = enqueue(route(vhost, exchange, message), message, sender)
     vhost.counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
     return outcome
 
 
 def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: bool = False,
                 reply_name: str | None = None, layouts: list | None = None,
-                answer=None, answer_run=None) -> None:
+                answer=None, answer_run=None, sender=None) -> None:
     """Messages published back to back to the same exchange with the same
     routing key (their properties may differ), with the same outcome as
     `publish` for each: routed once where nothing in them can route them
@@ -213,13 +221,13 @@ def publish_run(vhost, messages: list, grant, mandatory: bool = False, confirm: 
         checked += 1
     if checked:
         _route_run(vhost, exchange, messages[:checked] if refusal else messages, mandatory,
-                   confirm, answer, answer_run, layouts)
+                   confirm, answer, answer_run, layouts, sender)
     if refusal is not None:
         raise refusal
 
 
 def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
-               answer, answer_run, layouts: list | None) -> None:
+               answer, answer_run, layouts: list | None, sender) -> None:
     counters = vhost.counters
     first = messages[0]
     keys = first.routing_keys
@@ -238,6 +246,8 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
             counters.publishes(len(messages), bool(queues), mandatory, confirm)
             for queue in queues:
                 queue.enqueue_run(messages, layouts)
+                if sender is not None and queue.withholds_credit:
+                    sender.wait_for(queue)
             if answer_run is not None:
                 answer_run(messages, outcome, mandatory)
             elif answer is not None:
@@ -246,7 +256,7 @@ def _route_run(vhost, exchange, messages: list, mandatory: bool, confirm: bool,
             return
     for message in messages:  # one by one (limits, DLX), routed alike or each itself
         outcome = enqueue(route(vhost, exchange, message) if queues is None else queues,
-                          message)
+                          message, sender)
         counters.publishes(1, outcome.routed, mandatory, confirm, outcome.refused)
         if answer is not None:
             answer(message, outcome, mandatory)

@@ -58,6 +58,7 @@ from .direct_reply import DirectReplies
 from .exchange import EXCHANGE_TYPES, Binding, DefaultExchange, Exchange
 from .message import Message
 from .queue import Queue
+from .queue.credit import HIGH_BYTES as CREDIT_BYTES, HIGH_COUNT as CREDIT_COUNT
 from .stream import StreamQueue
 from .stream.declaring import check_stream_declare
 from .timers import Timers, now_ms
@@ -160,6 +161,9 @@ class VirtualHost:
         self.journal = NO_JOURNAL  # where durable definitions' changes go
         self.store = None
         self.paging = None
+        # How far a queue with consumers may grow before its publishers
+        # wait (queue/credit.py), from the broker's config.
+        self.credit_limits = (CREDIT_COUNT, CREDIT_BYTES)
         self.dead_letterer = DeadLetterer(self)
         self.counters = Counters()  # the broker's, once it adopts this vhost
         self.replies = DirectReplies()  # the broker's, once it adopts this vhost
@@ -354,6 +358,7 @@ class VirtualHost:
                       self.clock, self.rng)
         queue.dead_letter_sink = self.dead_letter
         queue.on_unused = self.remove_queue
+        queue.credit.set_limits(*self.credit_limits)
         if self.paging is not None:
             queue.attach_paging(self.paging)
         self.queues[name] = queue

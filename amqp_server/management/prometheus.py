@@ -501,6 +501,27 @@ def quorum_queue_metrics(broker, vhost=None) -> list[Metric]:
     ]
 
 
+def flow_metrics(broker, vhost=None) -> list[Metric]:
+    """Which connections and channels are in flow: held back by credit
+    (broker/queue/credit.py) or a busy store, or were within the last
+    seconds, as the management API's state 'flow' says (protocol/flow.py).
+    RabbitMQ exports no such family; per object 1 or 0, summed on
+    /metrics (how many)."""
+    connections = [conn for conn in broker.connections
+                   if vhost is None or (conn.vhost is not None and conn.vhost.name == vhost)]
+    return [
+        ("connection_in_flow", "gauge",
+         "1 while the connection is in flow: not read while queues it publishes into drain",
+         [({"connection": conn.name}, int(conn.flow.state() == "flow"))
+          for conn in connections]),
+        ("channel_in_flow", "gauge",
+         "1 while the channel published into a queue that withheld credit, and a second after",
+         [({"channel": f"{conn.name} ({number})"},
+           int(conn.flow.channel_state(number) == "flow"))
+          for conn in connections for number in conn.channels]),
+    ]
+
+
 _AGES = ("queue_oldest_message_age_seconds", "queue_oldest_dead_letter_age_seconds")
 
 
@@ -558,6 +579,8 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
             lines += text_lines(OWN_PREFIX, stream_metrics(broker, vhost))
         if "quorum_queue_metrics" in wanted:
             lines += text_lines(OWN_PREFIX, quorum_queue_metrics(broker, vhost))
+        if "flow_metrics" in wanted:
+            lines += text_lines(OWN_PREFIX, flow_metrics(broker, vhost))
         lines += text_lines(PREFIX, identity(broker, view))
         return "\n".join(lines) + "\n"
     per_object = view == "per-object"
@@ -575,6 +598,8 @@ def render(broker, view: str = "aggregated", families: Iterable[str] = (),
     quorum = quorum_queue_metrics(broker)
     lines += text_lines(OWN_PREFIX, quorum if per_object
                         else _aggregate(quorum, keep=("priority",)))
+    flow = flow_metrics(broker)
+    lines += text_lines(OWN_PREFIX, flow if per_object else _aggregate(flow))
     if broker.cluster is not None:
         lines += text_lines(OWN_PREFIX, broker.cluster.metric_families())
     return "\n".join(lines) + "\n"

@@ -181,7 +181,7 @@ def connection_json(conn) -> dict:
         "channel_max": conn.channel_max,
         "timeout": conn.heartbeat,
         "protocol": "AMQP 0-9-1",
-        "state": "running",
+        "state": conn.flow.state(),
         "client_properties": jsonable(props),
     }
 
@@ -200,7 +200,7 @@ def channel_json(conn, channel) -> dict:
         "global_prefetch_count": channel.global_prefetch,
         "confirm": channel.confirm,
         "transactional": channel.tx is not None,
-        "state": "running",
+        "state": conn.flow.channel_state(channel.number),
     }
 
 

@@ -278,7 +278,7 @@ class Connection:
                 if self.state == CLOSED:
                     return
         elif multiple:
-            self._on_channel(channel, channel.ack, tags[0], True, ids=(60, 80))
+            self._on_channel(channel, channel.ack_multiples, tags, ids=(60, 80))
         else:
             self._on_channel(channel, channel.settle_each, method_id, tags, requeue)
 
@@ -650,6 +650,7 @@ class Connection:
         self._reader.stop()
 
     def _release_all(self) -> None:
+        self.flow.forget_credit()
         channels = list(self.channels.values())
         self.channels.clear()
         for channel in channels:

@@ -17,7 +17,9 @@ Records (msgpack lists, the first item says what it is):
 
 Removals and delivery marks are batched per flush; entries are appended at
 once.  A publisher waiting for a confirm waits for the flush that carries
-its entry (`generation`), never for a fixed interval.
+its entry (`generation`), never for a fixed interval.  An entry's record
+waits in the log's buffer as an `Enqueued`, which shares the message's
+header and body until the flush frames it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from zlib import crc32
 
 from dlx.redelivery import persists_count
 
@@ -72,6 +75,87 @@ class StoredEntry:
 class Recovered:
     queues: dict = field(default_factory=dict)  # (vhost, queue) -> [StoredEntry] by seq
     problems: list = field(default_factory=list)
+
+
+_HEAD = records.HEAD
+_ARRAY_OF_11 = b"\x9b"  # msgpack's fixarray head for an "E" record's 11 items
+_ARRAY_OF_12 = b"\x9c"  # ... and for one with annotations
+_NO_EXTRAS = b"\xc0\xc0\xc0"  # routing keys, BCC and deadline all nil
+
+
+def _bin_head(size: int) -> bytes:
+    """msgpack's head of a bin of `size` bytes (bin 8, 16 or 32)."""
+    if size < 0x100:
+        return bytes((0xC4, size))
+    if size < 0x10000:
+        return b"\xc5" + size.to_bytes(2, "big")
+    return b"\xc6" + size.to_bytes(4, "big")
+
+
+class Enqueued:
+    """An "E" record waiting in the log's buffer: what its list holds,
+    sharing the message's header and body.  At the flush it frames itself
+    (`frame_into`) byte for byte as records.encode frames the list
+    (`as_list`), but with the body written as it is after its msgpack head,
+    not packed into a copy first, and the fields a run of them shares (the
+    queue, the exchange and routing key, a header object) packed once."""
+
+    __slots__ = ("vhost", "queue", "seq", "exchange", "routing_key", "header", "body",
+                 "keys", "bcc", "deadline", "annotations")
+
+    def __init__(self, vhost: str, queue: str, entry, message) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.seq = entry.seq
+        self.exchange = message.exchange
+        self.routing_key = message.routing_key
+        self.header = message.header
+        self.body = message.body
+        keys = message.routing_keys
+        self.keys = list(keys) if keys != (message.routing_key,) else None
+        self.bcc = list(message.bcc) or None
+        self.deadline = entry.deadline
+        # broker/message.py's annotations (a 4.3 delivery count carried by
+        # a dead letter): a twelfth item, left out when there are none.
+        self.annotations = message.annotations or None
+
+    def as_list(self) -> list:
+        record = ["E", self.vhost, self.queue, self.seq, self.exchange, self.routing_key,
+                  self.header, self.body, self.keys, self.bcc, self.deadline]
+        if self.annotations:
+            record.append(self.annotations)
+        return record
+
+    def frame_into(self, parts: list, memo: dict, pack) -> None:
+        """Append the framed record's pieces to `parts`; `memo` is the
+        flush's, shared by the records framed in it."""
+        last = memo.get(Enqueued)
+        if last is None:
+            last = memo[Enqueued] = [None] * 8
+        if self.vhost is not last[0] or self.queue is not last[1]:
+            last[0], last[1] = self.vhost, self.queue
+            last[2] = _ARRAY_OF_11 + pack("E") + pack(self.vhost) + pack(self.queue)
+        if self.exchange is not last[3] or self.routing_key is not last[4]:
+            last[3], last[4] = self.exchange, self.routing_key
+            last[5] = pack(self.exchange) + pack(self.routing_key)
+        if self.header is not last[6]:
+            last[6] = self.header
+            last[7] = pack(self.header)
+        body = self.body
+        head = last[2]
+        if self.annotations:
+            head = _ARRAY_OF_12 + head[1:]
+        lead = b"".join((head, pack(self.seq), last[5], last[7], _bin_head(len(body))))
+        if self.annotations:
+            tail = (pack(self.keys) + pack(self.bcc) + pack(self.deadline)
+                    + pack(self.annotations))
+        elif self.keys is None and self.bcc is None and self.deadline is None:
+            tail = _NO_EXTRAS
+        else:
+            tail = pack(self.keys) + pack(self.bcc) + pack(self.deadline)
+        crc = crc32(tail, crc32(body, crc32(lead)))
+        parts += (_HEAD.pack(records.MAGIC, len(lead) + len(body) + len(tail), crc), lead,
+                  body, tail)
 
 
 class MessageStore:
@@ -176,28 +260,34 @@ class MessageStore:
     def enqueue(self, vhost: str, queue: str, entry, message) -> int:
         """Append an entry; sets entry.segment, returns the generation whose
         flush makes it durable."""
-        keys = message.routing_keys
-        # Encoded by the writer thread: until then the record shares the
-        # message's header and body instead of copying them.
-        record = ["E", vhost, queue, entry.seq, message.exchange, message.routing_key,
-                  message.header, message.body,
-                  list(keys) if keys != (message.routing_key,) else None,
-                  list(message.bcc) or None, entry.deadline]
-        if message.annotations:
-            record.append(message.annotations)
         size = len(message.header) + len(message.body) + len(queue) + 48
-        segment, generation = self.log.append(record, size, live=1)
+        segment, generation = self.log.append(Enqueued(vhost, queue, entry, message), size,
+                                              live=1)
         entry.segment = segment
         return generation
 
+    def enqueue_run(self, vhost: str, queue: str, entries: list) -> None:
+        """`enqueue` for entries published together, all persistent: each
+        message's `stored_gen` set, the log asked to flush once."""
+        append = self.log.append
+        for entry in entries:
+            message = entry.message
+            entry.segment, message.stored_gen = append(
+                Enqueued(vhost, queue, entry, message),
+                len(message.header) + len(message.body) + len(queue) + 48, 1, False)
+        self.log.request_flush()
+
     def remove(self, vhost: str, queue: str, entries) -> None:
         seqs = self._removed[(vhost, queue)]
+        released: dict[int, int] = {}  # segment -> records gone from it
         for entry in entries:
             segment = entry.segment
             if segment is not None:
                 entry.segment = None
                 seqs.append(entry.seq)
-                self.log.release(segment)
+                released[segment] = released.get(segment, 0) + 1
+        for segment, count in released.items():
+            self.log.release(segment, count)
         if not seqs:
             del self._removed[(vhost, queue)]
 

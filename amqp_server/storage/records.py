@@ -15,7 +15,7 @@ import zlib
 import msgpack
 
 MAGIC = b"\xa5\x5a"
-_HEAD = struct.Struct(">2sII")  # magic, payload length, crc32
+_HEAD = HEAD = struct.Struct(">2sII")  # magic, payload length, crc32
 HEAD_SIZE = _HEAD.size
 MAX_RECORD = 256 << 20  # larger than any message the broker accepts, plus framing
 
@@ -39,6 +39,12 @@ def packer() -> msgpack.Packer:
 def frame(body) -> bytes:
     """A packed payload with its marker, length and checksum."""
     return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + bytes(body)
+
+
+def frame_head(body: bytes) -> bytes:
+    """What `frame` puts before a packed payload: written before it, the
+    two make the record without a copy of the payload."""
+    return _HEAD.pack(MAGIC, len(body), zlib.crc32(body))
 
 
 def decode_all(data: bytes, payloads: list | None = None

@@ -1,10 +1,16 @@
 """An append-only log split into numbered segment files, with group commit.
 
-Appends only fill a buffer.  One flush at a time writes everything buffered
-and fsyncs it on a worker thread; whatever arrives meanwhile waits for the
-next flush, so one fsync covers every record written since the previous
-one, however many publishers there are.  `on_synced(generation)` tells the
-owner which appends are now on disk.
+Appends only fill a buffer.  One flush at a time encodes everything
+buffered (on the event loop's thread) and writes and fsyncs it on a worker
+thread; whatever arrives meanwhile waits for the next flush, so one fsync
+covers every record written since the previous one, however many
+publishers there are.  `on_synced(generation)` tells the owner which
+appends are now on disk.
+
+The worker thread only writes: encoding there held the interpreter's lock
+for milliseconds at a stretch, which the event loop waited out after each
+of its system calls (the lock changes hands every 5 ms under contention),
+more than the encoding costs it.
 
 Publishers can outrun the writer; past `backlog_high` bytes not yet written
 the log reports congestion (`on_congestion(True)`), and again when the
@@ -51,6 +57,7 @@ class SegmentLog:
         self._flush_scheduled = False
         self._again = False
         self._files = SegmentFiles(self._path)
+        self._pack = records.packer().pack  # encodes on the event loop's thread only
         # Called at the start of each flush, so the owner can add batched records.
         self.before_flush: Callable[[], None] = lambda: None
         self.backlog_high = 32 << 20
@@ -148,8 +155,8 @@ class SegmentLog:
         self.generation += 1
         self._flushing = True
         self._inflight_bytes, self._buffer_bytes = self._buffer_bytes, 0
-        future = self._loop.run_in_executor(self._executor, self._write, batch, doomed,
-                                            generation, rides)
+        future = self._loop.run_in_executor(self._executor, self._write, self._encode(batch),
+                                            doomed, generation, rides)
         future.add_done_callback(lambda f: self._finished(f, generation))
 
     def _finished(self, future, generation: int) -> None:
@@ -176,7 +183,7 @@ class SegmentLog:
         self._buffer_bytes = 0
         generation = self.generation
         self.generation += 1
-        self._write(batch, self._doomed(), generation, self._rides(generation))
+        self._write(self._encode(batch), self._doomed(), generation, self._rides(generation))
         self.synced = generation
         self.on_synced(generation)
 
@@ -215,23 +222,43 @@ class SegmentLog:
                 self.live.pop(number, None)
         return doomed
 
-    def _write(self, batch: list[tuple[int, list]], doomed: list[int],
-               generation: int, rides: list = ()) -> None:
-        """Worker thread: append, fsync, then delete dead segments; the
-        riders' writes too."""
+    def _encode(self, batch: list[tuple[int, list]]) -> list[list]:
+        """The buffered records encoded, as [segment number, bytes] for
+        each run of them in one segment, in order.  A record is a list,
+        packed here, or an object that frames itself
+        (`frame_into(parts, memo, pack)`: message_store.Enqueued)."""
+        pack = self._pack
+        head = records.frame_head
+        chunks: list[list] = []
+        number = None
+        parts: list[bytes] = []
+        memo: dict = {}
+        for segment, record in batch:
+            if segment != number:
+                if parts:
+                    chunks.append([number, b"".join(parts)])
+                number, parts = segment, []
+            if type(record) is not list:
+                record.frame_into(parts, memo, pack)
+                continue
+            body = pack(record)
+            parts.append(head(body))
+            parts.append(body)
+        if parts:
+            chunks.append([number, b"".join(parts)])
+        return chunks
+
+    def _write(self, chunks: list[list], doomed: list[int], generation: int,
+               rides: list = ()) -> None:
+        """Worker thread: append the encoded records (`_encode`), fsync,
+        then delete dead segments; the riders' writes too."""
         for rider, work in rides:
             rider.write(work)
         files = self._files
-        shipped: dict[int, list[bytes]] | None = {} if self.on_written is not None else None
-        for number, record in batch:
-            encoded = records.encode(record)
-            files.append(number, encoded)
-            if shipped is not None:
-                shipped.setdefault(number, []).append(encoded)
-        if shipped is not None:
-            self.on_written(generation,
-                            [[number, b"".join(parts)] for number, parts in shipped.items()],
-                            doomed, rides)
+        for number, data in chunks:
+            files.append(number, data)
+        if self.on_written is not None:
+            self.on_written(generation, chunks, doomed, rides)
         files.sync()
         files.remove(doomed)
 

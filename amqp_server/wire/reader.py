@@ -12,7 +12,9 @@ receives all the time, each reported as one event for several frames:
     (`on_publish_run`), found in one pass;
   - a settle (`on_settle`): basic.ack, basic.reject or basic.nack frames of
     one delivery each, read back to back on one channel with the same flags
-    (a client acknowledging each message), or a multiple basic.ack.
+    (a client acknowledging each message), or multiple basic.ack frames
+    read back to back on one channel (a client acknowledging each message
+    with `multiple` set, as lavinmqperf does).
 
 Events are calls rather than objects yielded, the way nats-server's parser
 calls the code that acts on what it read: making an object and resuming a
@@ -184,8 +186,9 @@ class FrameHandler(Protocol):
                   requeue: bool) -> None:
         """basic.ack (`method_id` 80), basic.reject (90) or basic.nack (120)
         frames read back to back with the same flags, one per delivery tag
-        in `tags`, in order; or one multiple basic.ack (a multiple
-        basic.nack is reported as a method)."""
+        in `tags`, in order; or multiple basic.ack frames read back to
+        back, one per tag in `tags` (a multiple basic.nack is reported as a
+        method)."""
 
 
 class FrameReader:
@@ -283,7 +286,11 @@ class FrameReader:
                         tag, bits = _SETTLE_ARGUMENTS.unpack_from(data, start + METHOD_IDS_SIZE)
                         if index == _ACK:
                             if bits & 1:
-                                handler.on_settle(channel, 80, [tag], True, False)
+                                tags = [tag]
+                                if pos + _SETTLE_FRAME <= end_of_data:
+                                    pos = _settles(data, start - FRAME_HEADER_SIZE, pos,
+                                                   end_of_data, bits, tags)
+                                handler.on_settle(channel, 80, tags, True, False)
                                 continue
                             requeue = False
                         elif index == _REJECT:

@@ -9,7 +9,8 @@ own their state (DESIGN.md, "A queue is built from parts"):
   dead letters;
 - `pager` (paging.py): which ready messages live in page files;
 - `selection` (selection.py): messages the workbench takes out by seq;
-- `arrivals` (arrivals.py): when its messages arrived, to the second.
+- `arrivals` (arrivals.py): when its messages arrived, to the second;
+- `credit` (credit.py): whether its publishers wait for it to drain.
 
 The queue is the only one that talks to more than one part.  What its
 decisions ask of the world (deliveries, dead letters, the store, timers)
@@ -39,6 +40,8 @@ workbench call):
                                      counted, delayed, or back
     reject(entries, how)             rejected without requeue: dead-lettered
     add_consumer / remove_consumer
+    await_credit(sender) -> bool     a publisher waits while it withholds credit
+    forget_sender(sender), credit_tick()
     expire(now), sweep(now)          TTL at the head; the reaper's pass
     touch()                          used (x-expires)
     withdraw / restore_withdrawn / discard_withdrawn   the workbench
@@ -63,6 +66,7 @@ from ..message import Entry, Message
 from ..timers import Alarm, Timers, now_ms
 from .arrivals import Arrivals
 from .census import Census, take_census
+from .credit import Credit
 from .dispatch import PriorityGroups, RoundRobin, SingleActive, SingleActiveByPriority
 from .effects import (
     EXPIRES,
@@ -73,6 +77,7 @@ from .effects import (
     DeadLetter,
     Deliver,
     Forget,
+    GrantCredit,
     Unused,
 )
 from .limits import ACCEPT, REJECT_DLX, Limits
@@ -134,6 +139,9 @@ class Queue:
         self.pager = Pager(vhost, name, self.ready.lane_count)
         self.selection = Selection()
         self.arrivals = Arrivals()
+        self.credit = Credit()
+        # Read by the publish path after each enqueue: the publisher waits.
+        self.withholds_credit = False
         self._marked_seq = 0  # next_seq at the last tick that marked
         self._census: tuple[tuple, Census] | None = None
         # The queue's own state: what the parts share.
@@ -309,6 +317,8 @@ class Queue:
             # Messages already waiting mean no consumer has room: whatever
             # frees room (ack, qos, flow, a flushed socket) dispatches.
             self._append(entry, len(message.body))
+            if consumers and not self.withholds_credit:
+                self._grew()
             return TAKEN
         return self._enqueue_checked(message)
 
@@ -347,6 +357,8 @@ class Queue:
             effects.append(Deliver(consumer, [entry]))
         else:
             self._append(entry, len(message.body))
+            if self.consumers and not self.withholds_credit:
+                self._grew()
         if limits.sheds_head:
             effects.extend(self._drop_head())
         if effects:
@@ -375,8 +387,7 @@ class Queue:
         self.next_seq = seq + count
         self.published += count
         if self.store is not None:
-            for entry in entries:
-                self._persist(entry, entry.message)
+            self._persist_run(entries)
         if self.consumers and not self.ready:
             entries = self._hand_out(entries)
             if not entries:
@@ -390,19 +401,28 @@ class Queue:
         else:
             for entry, size in zip(entries, sizes):
                 self._append(entry, size)
+        if self.consumers and not self.withholds_credit:
+            self._grew()
 
     def _hand_out(self, entries: list) -> list:
         """Give entries to consumers with room, in turn; returns the rest."""
         consumers = self.consumers
         sole = consumers.sole()
         if sole is not None:
-            room = sole.room()
-            if room:
+            # Batch after batch while it has room: a consumer without a
+            # prefetch limit has a ceiling per batch, not a full window,
+            # and nothing else would wake it for what stayed behind (no
+            # ack comes from a no-ack consumer).
+            while entries:
+                room = sole.room()
+                if not room:
+                    break
                 taken = entries[:room]
                 self.unacked += len(taken)
                 self.delivered += len(taken)
                 self._hand_over(sole, taken)
-            return entries[room:]
+                entries = entries[room:]
+            return entries
         for index, entry in enumerate(entries):
             consumer = consumers.next_with_room()
             if consumer is None:
@@ -418,6 +438,22 @@ class Queue:
         if message.persistent:
             message.stored_gen = self.store.enqueue(self.vhost, self.name, entry, message)
 
+    def _persist_run(self, entries: list) -> None:
+        """`_persist` for a run: messages that share a header object are
+        persistent alike, read once."""
+        persistent = []
+        header = None
+        keep = False
+        for entry in entries:
+            message = entry.message
+            if message.header is not header:
+                header = message.header
+                keep = message.persistent
+            if keep:
+                persistent.append(entry)
+        if persistent:
+            self.store.enqueue_run(self.vhost, self.name, persistent)
+
     def _append(self, entry: Entry, size: int) -> None:
         """A ready entry joins the tail, in memory or paged."""
         if self.pages_next(entry.segment is not None, entry):
@@ -425,6 +461,15 @@ class Queue:
         else:
             self.ready.append(entry)
         self.ready_bytes += size
+
+    def _grew(self) -> None:
+        """Appended to while it has consumers: past its high mark it
+        withholds credit from its publishers (credit.py)."""
+        credit = self.credit
+        count = len(self.ready) + self.pager.count
+        if ((count > credit.mark or self.ready_bytes > credit.mark_bytes)
+                and credit.grew(count, self.ready_bytes)):
+            self.withholds_credit = True
 
     def _drop_head(self) -> list:
         """Drop-head: the head goes while the queue is over its limit
@@ -455,6 +500,11 @@ class Queue:
             self._dispatch(now)
         else:
             self._dispatch()
+        credit = self.credit
+        count = len(self.ready) + self.pager.count
+        if (credit.withholding or credit.stalled or count < credit.base_count
+                or self.ready_bytes < credit.base_bytes):  # else nothing for it to do
+            self._granted(credit.drained(count, self.ready_bytes, self.delivered))
 
     def _dispatch(self, now: float | None = None) -> None:
         """The delivery loop: a single consumer takes batches, several take
@@ -699,6 +749,8 @@ class Queue:
     # ---- consumers -------------------------------------------------------------
 
     def add_consumer(self, consumer, exclusive: bool) -> None:
+        if not self.consumers:
+            self.credit.consumers_came(self.message_count, self.ready_bytes)
         if consumer.priority and isinstance(self.consumers, RoundRobin):
             self.consumers = PriorityGroups.of(self.consumers)
         self.consumers.add(consumer)
@@ -714,6 +766,7 @@ class Queue:
             self.exclusive_consumer = None
         if not self.consumers:
             self.consumers_gone_at = self.clock()
+            self._release_credit()  # no consumers: it fills as publishers send
             self.touch()
         elif self.ready and not consumer.unacked:
             # A single active consumer's successor starts now; if the one
@@ -754,6 +807,37 @@ class Queue:
         waiting = consumers.waiting if isinstance(consumers, SingleActiveByPriority) else ()
         return sum(1 for consumer in consumers
                    if not consumer.timed_out or consumer in waiting)
+
+    # ---- credit to publishers ----------------------------------------------------
+
+    def await_credit(self, sender) -> bool:
+        """A publisher published into it while it withholds credit: it
+        waits for credit (`sender.credit_granted(queue)`), unless one of
+        its own consumers reads this queue (`consumer.flow`), whose acks
+        it would then never send."""
+        for consumer in self.consumers:
+            if getattr(consumer, "flow", None) is sender:
+                return False
+        self.credit.wait(sender)
+        return True
+
+    def forget_sender(self, sender) -> None:
+        """A waiting publisher is gone."""
+        self.credit.forget(sender)
+
+    def credit_tick(self) -> None:
+        """Once a second while publishers wait for it (credit.py's tick)."""
+        self._granted(self.credit.tick(self.delivered))
+
+    def _release_credit(self) -> None:
+        self._granted(self.credit.release())
+
+    def _granted(self, senders) -> None:
+        """What the credit part decided: whether it still withholds credit,
+        and the publishers it grants credit to now."""
+        self.withholds_credit = self.credit.withholding
+        if senders:
+            self.carry_out((GrantCredit(senders),))
 
     # ---- the workbench's selection -------------------------------------------------
 
@@ -914,6 +998,7 @@ class Queue:
         self.pager.drop()
         self.ready.clear()
         self.ready_bytes = 0
+        self._release_credit()
         return count
 
     def _forget_paged(self) -> None:
@@ -932,6 +1017,7 @@ class Queue:
                                   [*self.ready, *self.redelivery.delayed], self.pager.segments)
         self.pager.drop()
         self.deleted = True
+        self._release_credit()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
         self._expiry_timer = None
@@ -961,6 +1047,9 @@ class Queue:
             elif kind is Unused:
                 if self.on_unused is not None:
                     self.on_unused(self)  # deleted; its messages are not dead-lettered
+            elif kind is GrantCredit:
+                for sender in effect.senders:
+                    sender.credit_granted(self)
             else:
                 raise TypeError(f"not an effect: {effect!r}")
 

@@ -16,7 +16,9 @@ without consumers, a store, timers or an event loop.
   `TTL` to expire its head, `REDELIVERY` for delayed messages, `EXPIRES`
   to check whether it is still unused (x-expires);
 - `Unused()`: nobody used the queue for its x-expires: the virtual host
-  deletes it.
+  deletes it;
+- `GrantCredit(senders)`: the publishers that waited for the queue to
+  drain (credit.py) may go on.
 
 The hot paths carry out what they decided without building the effect
 first, through the same functions `carry_out` uses: a publish to a plain
@@ -61,3 +63,7 @@ class ArmTimer(NamedTuple):
 
 class Unused(NamedTuple):
     pass
+
+
+class GrantCredit(NamedTuple):
+    senders: object  # a collection of publishers (credit_granted(queue))

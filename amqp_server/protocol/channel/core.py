@@ -30,6 +30,7 @@ from ...errors import AMQPError, not_implemented
 from ...storage.definition_log import NO_JOURNAL
 from ...wire.methods import make
 from ..consumer import Consumer
+from ..flow import ChannelCredit
 from .ack_deadline import AckDeadline
 from .confirms import Confirms
 from .consuming import Consuming
@@ -64,7 +65,7 @@ class Channel:
         self.declaring = declaring = Declaring(vhost, connection, names, consuming, replies,
                                                output)
         self.publishing = publishing = Publishing(vhost, connection, confirms, transactions,
-                                                  replies)
+                                                  replies, ChannelCredit(self.flow, number))
         self.ack_deadline = AckDeadline(number, deliveries, connection.config,
                                         vhost.semantics if vhost is not None else "3.13",
                                         consuming)
@@ -171,6 +172,17 @@ class Channel:
 
     def ack(self, tag: int, multiple: bool) -> None:
         self._acked(self.deliveries.take(tag, multiple))
+
+    def ack_multiples(self, tags: list[int]) -> None:
+        """Multiple basic.ack frames read back to back: when each names an
+        outstanding tag above the one before, they settle what the last
+        one alone would, in one step; otherwise one at a time (an unknown
+        tag closes the channel after those before it settled)."""
+        if len(tags) == 1 or self.deliveries.outstanding_ascending(tags):
+            self.ack(tags[-1], True)
+            return
+        for tag in tags:
+            self.ack(tag, True)
 
     def _basic_reject(self, method) -> None:
         self._rejected(self.deliveries.take(method.delivery_tag, False), method.requeue,

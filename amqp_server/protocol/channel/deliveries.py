@@ -13,14 +13,15 @@ the channel's consumers read (a channel-wide limit lifted by a settlement
 may let any of them deliver).
 
 Interface: `deliver`, `deliver_many`, `deliver_got`, `take`, `take_each`,
-`take_all`, `settle`, `requeue`, `discard`, `restore`, `time_out`; consumers read
-`unacked` and `global_prefetch` for their room (protocol/consumer.py).
+`take_all`, `outstanding_ascending`, `settle`, `requeue`, `discard`,
+`restore`, `time_out`; consumers read `unacked` and `global_prefetch` for
+their room (protocol/consumer.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from itertools import islice
+from itertools import takewhile
 from operator import attrgetter, itemgetter
 
 from dlx.redelivery import REJECTED, TIMED_OUT
@@ -41,13 +42,14 @@ Taken = list[tuple[int, tuple]]
 
 class Deliveries:
     __slots__ = ("number", "next_tag", "unacked", "global_prefetch", "_conn", "_counters",
-                 "_output", "_count_first", "_consumed_queues")
+                 "_output", "_count_first", "_consumed_queues", "_oldest")
 
     def __init__(self, number: int, connection, output: ChannelOutput, count_first: bool,
                  consumed_queues: Callable[[], Iterable]) -> None:
         self.number = number
         self.next_tag = 1
         self.unacked: dict[int, tuple] = {}
+        self._oldest = 1  # no tag below it is outstanding
         self.global_prefetch = 0
         self._conn = connection
         self._counters = connection.broker.counters
@@ -135,21 +137,23 @@ class Deliveries:
                 return self.take_all()
             if tag not in unacked:
                 raise precondition_failed(f"unknown delivery tag {tag}")
-            # Tags are kept in ascending order; without gaps (the usual
-            # case) the ones up to `tag` are counted without a walk.
-            first = next(iter(unacked))
-            if next(reversed(unacked)) - first + 1 == len(unacked):
-                count = tag - first + 1
-            else:
-                count = 0
-                for current in unacked:
-                    if current > tag:
-                        break
-                    count += 1
-            taken = list(islice(unacked.items(), count))
-            if count == len(unacked):
-                unacked.clear()
-            else:
+            # A dict settled from its front keeps holes there until it is
+            # resized, and a walk from the front passes over every one (a
+            # multiple ack per delivery walked hundreds): the tags up to
+            # `tag` are taken by number instead, from the oldest one that
+            # may be outstanding (which only moves up, so finding it costs
+            # one step per tag ever delivered).
+            first = self._oldest
+            while first not in unacked:
+                first += 1
+            self._oldest = tag + 1
+            span = tag - first + 1
+            if span <= 2 * len(unacked):
+                pop = unacked.pop
+                taken = [(current, record) for current in range(first, tag + 1)
+                         if (record := pop(current, None)) is not None]
+            else:  # far apart: a walk of what is outstanding is shorter
+                taken = list(takewhile(lambda item: item[0] <= tag, unacked.items()))
                 for current, _ in taken:
                     del unacked[current]
             return taken
@@ -157,6 +161,17 @@ class Deliveries:
         if record is None:
             raise precondition_failed(f"unknown delivery tag {tag}")
         return [(tag, record)]
+
+    def outstanding_ascending(self, tags: list[int]) -> bool:
+        """Is each tag outstanding and above the one before?  (Then
+        multiple acks of them take what one of the last takes.)"""
+        unacked = self.unacked
+        previous = 0
+        for tag in tags:
+            if tag <= previous or tag not in unacked:
+                return False
+            previous = tag
+        return True
 
     def take_each(self, method_id: int, tags: list[int]) -> tuple[Taken, AMQPError | None]:
         """Single basic.ack, basic.reject or basic.nack frames (`method_id`
@@ -175,6 +190,7 @@ class Deliveries:
     def take_all(self) -> Taken:
         taken = list(self.unacked.items())
         self.unacked.clear()
+        self._oldest = self.next_tag
         return taken
 
     def restore(self, taken: Taken) -> None:
@@ -183,6 +199,8 @@ class Deliveries:
         merged = dict(self.unacked)
         merged.update(taken)
         self.unacked = dict(sorted(merged.items()))
+        if taken:
+            self._oldest = min(self._oldest, min(tag for tag, _ in taken))
 
     # ---- what becomes of them ----------------------------------------
 

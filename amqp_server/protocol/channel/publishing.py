@@ -7,8 +7,10 @@ Owns: the publish being assembled (its basic.publish fields, content
 header, body frames so far and the bytes still due).
 Needs: the virtual host and the connection (the user's grant, the message
 size limit), the channel's confirms (confirm mode; what the publisher
-hears), transactions (a publish in a transaction waits for commit) and
-direct reply-to (the name a reply_to of the pseudo-queue becomes).
+hears), transactions (a publish in a transaction waits for commit),
+direct reply-to (the name a reply_to of the pseudo-queue becomes) and the
+channel's credit (protocol/flow.py: the connection waits for a queue that
+withholds credit).
 
 Interface: `start`, `content_header`, `content_body` (frame by frame),
 `publish` and `publish_run` (publishes read whole: the connection's fast
@@ -36,6 +38,7 @@ from ...errors import (
     unexpected_frame,
 )
 from ...wire.properties import scan_properties
+from ..flow import ChannelCredit
 from .confirms import Confirms
 from .replying import Replies
 from .transactions import Transactions
@@ -80,10 +83,10 @@ def body_left(due: int, body: bytes) -> int:
 
 class Publishing:
     __slots__ = ("_publish", "_header", "_body", "_body_left", "_vhost", "_conn",
-                 "_confirms", "_transactions", "_replies")
+                 "_confirms", "_transactions", "_replies", "_credit")
 
     def __init__(self, vhost, connection, confirms: Confirms, transactions: Transactions,
-                 replies: Replies) -> None:
+                 replies: Replies, credit: ChannelCredit) -> None:
         # content being assembled: (exchange, routing key, route bytes, mandatory)
         self._publish: tuple | None = None
         self._header: bytes | None = None
@@ -94,6 +97,7 @@ class Publishing:
         self._confirms = confirms
         self._transactions = transactions
         self._replies = replies
+        self._credit = credit  # waits for the queues that withhold credit
 
     def assembling(self) -> bool:
         """Is a publish's content being read frame by frame?"""
@@ -198,7 +202,7 @@ class Publishing:
         """`layout`: where scan_properties found its headers and expiration."""
         confirms = self._confirms
         outcome = self._vhost.publish(message, self._conn.grant, mandatory, confirms.on,
-                                      self._replies.name, layout)
+                                      self._replies.name, layout, self._credit)
         if mandatory or confirms.on:
             confirms.answer(message, outcome, mandatory)
 
@@ -211,4 +215,4 @@ class Publishing:
         self._vhost.publish_run(messages, self._conn.grant, mandatory, confirms.on,
                                 self._replies.name, layouts,
                                 confirms.answer if answering else None,
-                                confirms.answer_run if answering else None)
+                                confirms.answer_run if answering else None, self._credit)
