@@ -19,9 +19,9 @@ from amqp_server.testing import BrokerThread
 from amqp_server.wire import frames
 from amqp_server.wire.methods import make
 
+from .management_api import http
+from .metrics import scrape, value
 from .rawclient import RawClient
-from .test_management import http
-from .test_prometheus import scrape, value
 from .waiting import wait_for
 
 

@@ -13,8 +13,8 @@ from amqp_server.config import BrokerConfig
 from amqp_server.protocol.flow import CREDIT, ChannelCredit, Flow
 from amqp_server.wire.table import FieldTable
 from policies.effective import resolve
-from tests.test_flow_control import Resources, Transport
-from tests.test_queue_deaths import FakeClock, message
+from tests.messages import FakeClock, message
+from tests.sansio import Resources, Transport
 
 # ---- the credit part -------------------------------------------------------
 
